@@ -1,0 +1,98 @@
+"""Exercise 2.4: global evaluation. Every sample counts once; every rank gets the global accuracy."""
+
+from __future__ import annotations
+
+import numbers
+from collections import Counter
+
+import torch
+import torch.distributed as dist
+
+from autograder.checks import Check, every_rank_calls_the_same_collectives, shares_disjoint_and_covering
+from autograder.exercises import Exercise
+from autograder.reference import accuracy
+from autograder.rig import device_for, join_group, row_index
+from ddpcourse import make_model, toy_dataset
+
+N = 101  # not a multiple of 2 or 3: padding and uneven shares show
+
+
+def params(seed: int) -> dict:
+    model, dataset = make_model(seed + 1), toy_dataset(n=N, seed=seed)
+    return {"seed": seed, "accuracy": accuracy(model, dataset)}
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    join_group()
+    device = device_for(layout, rank)
+    dataset = toy_dataset(n=N, seed=seed)
+    model = make_model(seed + 1).to(device)
+    index = row_index(dataset.tensors[0])
+    model.register_forward_pre_hook(
+        lambda module, args: rec.event("scored", indices=[index.get(row.tobytes(), -1) for row in args[0].detach().cpu().numpy()])
+    )
+    value = student.evaluate(model, dataset)
+    dist.destroy_process_group()
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    return value if isinstance(value, numbers.Real) else repr(value)
+
+
+def _returns_a_number(runs):
+    for world in runs:
+        for r in world.ranks:
+            if not isinstance(r.result, numbers.Real):
+                return f"world size {world.world_size}: rank {r.rank} returned {r.result}, not a number"
+
+
+def _same_on_every_rank(runs):
+    for world in runs:
+        values = [r.result for r in world.ranks]
+        if len(set(values)) > 1:
+            return f"world size {world.world_size}: the ranks returned different accuracies {values}"
+
+
+def _each_sample_once(runs):
+    for world in runs:
+        shares = {r.rank: [i for e in r.of("scored") for i in e["indices"]] for r in world.ranks}
+        label = f"world size {world.world_size}"
+        duplicated = [i for i, c in Counter(i for s in shares.values() for i in s).items() if c > 1]
+        message = shares_disjoint_and_covering(shares, N, world.world_size, label)
+        if message and duplicated and not all(len(set(s)) == N for s in shares.values()):
+            message += (f"; the last {len(duplicated)} repeated samples look like DistributedSampler's padding, "
+                        "which repeats samples so that every rank gets the same number")
+        if message:
+            return message
+
+
+def _equals_single_process(runs):
+    want = runs.params["accuracy"]
+    for world in runs:
+        got = world.ranks[0].result
+        if abs(got - want) > 1e-6:  # float32 counts are fine; an average of per-rank accuracies is not
+            return (f"world size {world.world_size}: rank 0 returned {got:.6f}, but the model classifies "
+                    f"{want:.6f} of the {N} samples correctly")
+
+
+EXERCISE = Exercise(
+    id="2.4",
+    title="global evaluation",
+    kind="function",
+    entry="evaluate",
+    harness=harness,
+    params=params,
+    checks=[
+        Check("returns a number on every rank", 1, _returns_a_number,
+              hint="return correct / total as a Python float (tensor.item())"),
+        Check("every rank returns the same accuracy", 2, _same_on_every_rank,
+              hint="combine the counts with dist.all_reduce so that every rank holds the totals"),
+        Check("every sample scored exactly once across the ranks", 3, _each_sample_once,
+              hint="give rank r the samples r, r + world_size, r + 2 * world_size, ... (no padding)"),
+        Check("accuracy equals the single-process accuracy", 3, _equals_single_process,
+              hint="sum the correct counts and the sample counts over ranks, then divide; "
+                   "an average of per-rank accuracies is wrong when shares differ in size"),
+        Check("every rank calls the same collectives (none inside `if rank == 0`)", 2,
+              every_rank_calls_the_same_collectives, needs="partial",
+              hint="a collective blocks until every rank calls it: call it on all ranks, use the result on rank 0 only"),
+    ],
+)

@@ -1,0 +1,60 @@
+"""What runs inside each rank: instrument, run the student's code, save the trace."""
+
+from __future__ import annotations
+
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+from typing import Callable
+
+from autograder import trace
+from autograder.launch import Layout
+
+
+def load_module(path: Path, name: str = "student"):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def function_target(student: Path, harness: Callable, params: dict):
+    """A launch target that imports the student's module and hands it to the exercise's harness."""
+
+    def target(rank: int, layout: Layout):
+        rec = trace.Recorder(Path.cwd(), rank)
+        trace.install(rec)
+        try:
+            module = load_module(student)
+            rec.result = harness(module, rank, layout, rec, **params)
+        except BaseException as exc:
+            rec.fail(exc)
+            raise
+        finally:
+            rec.save()
+
+    return target
+
+
+def script_target(student: Path):
+    """A launch target that runs a whole script as torchrun would: as __main__, argv[0] the script."""
+
+    def target(rank: int, layout: Layout):
+        rec = trace.Recorder(Path.cwd(), rank)
+        trace.install(rec)
+        sys.argv = [str(student)]
+        try:
+            runpy.run_path(str(student), run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                rec.fail(exc)
+            raise
+        except BaseException as exc:
+            rec.fail(exc)
+            raise
+        finally:
+            rec.save()
+
+    return target

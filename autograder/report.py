@@ -1,0 +1,125 @@
+"""Results as small dataclasses that render themselves: JSON, terminal text, HTML."""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict, dataclass, field
+
+STATUSES = ("passed", "failed", "error", "timeout", "skipped")
+_MARK = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⧗", "skipped": "–"}
+_COLOUR = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout": "#9a6700", "skipped": "#6e7781"}
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str
+    points: float
+    max_points: float
+    message: str = ""
+
+    def __post_init__(self):
+        assert self.status in STATUSES, self.status
+
+
+@dataclass
+class Report:
+    exercise: str
+    title: str
+    backend: str
+    world_sizes: list[int]
+    checks: list[CheckResult]
+    problem: str = ""  # what stopped the student's code, shown before the checks
+    elapsed: float = 0.0
+    not_started: bool = False
+
+    @property
+    def score(self) -> float:
+        return round(sum(c.points for c in self.checks), 4)
+
+    @property
+    def max_score(self) -> float:
+        """Skipped checks do not count: they could not be judged on this machine."""
+        return round(sum(c.max_points for c in self.checks if c.status != "skipped"), 4)
+
+    @property
+    def all_passed(self) -> bool:
+        return all(c.status in ("passed", "skipped") for c in self.checks) and bool(self.checks)
+
+    def to_dict(self) -> dict:
+        return {
+            "exercise": self.exercise,
+            "score": self.score,
+            "max_score": self.max_score,
+            "backend": self.backend,
+            "world_sizes": self.world_sizes,
+            "checks": [asdict(c) for c in self.checks],
+            "title": self.title,
+            "problem": self.problem,
+            "not_started": self.not_started,
+            "elapsed": round(self.elapsed, 3),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        return cls(
+            exercise=d["exercise"],
+            title=d.get("title", ""),
+            backend=d["backend"],
+            world_sizes=d["world_sizes"],
+            checks=[CheckResult(**c) for c in d["checks"]],
+            problem=d.get("problem", ""),
+            elapsed=d.get("elapsed", 0.0),
+            not_started=d.get("not_started", False),
+        )
+
+    def headline(self) -> str:
+        sizes = ", ".join(map(str, self.world_sizes))
+        verdict = "not implemented yet" if self.not_started else ("all checks passed" if self.all_passed else "some checks failed")
+        return (
+            f"Exercise {self.exercise} ({self.title}): {_num(self.score)}/{_num(self.max_score)} points, {verdict}"
+            f" [{self.backend}, world sizes {sizes}, {self.elapsed:.1f} s]"
+        )
+
+    def to_text(self) -> str:
+        lines = [self.headline()]
+        if self.problem:
+            lines += ["", _indent(self.problem, "  | ")]
+        lines.append("")
+        for c in self.checks:
+            lines.append(f"{_MARK[c.status]} {c.name}  ({_num(c.points)}/{_num(c.max_points)}, {c.status})")
+            if c.message and c.status != "passed":
+                lines.append(_indent(c.message, "    "))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td style='color:{_COLOUR[c.status]};font-weight:bold'>{_MARK[c.status]} {c.status}</td>"
+            f"<td>{html.escape(c.name)}</td><td>{_num(c.points)}/{_num(c.max_points)}</td>"
+            f"<td><pre style='white-space:pre-wrap;margin:0'>{html.escape(c.message if c.status != 'passed' else '')}</pre></td></tr>"
+            for c in self.checks
+        )
+        problem = (
+            f"<pre style='background:#fff8f8;border-left:3px solid #cf222e;padding:6px;white-space:pre-wrap'>"
+            f"{html.escape(self.problem)}</pre>"
+            if self.problem
+            else ""
+        )
+        colour = _COLOUR["passed" if self.all_passed else "failed"]
+        return (
+            f"<div class='autograder-report'><p style='font-weight:bold;color:{colour}'>{html.escape(self.headline())}</p>"
+            f"{problem}<table><thead><tr><th>status</th><th>check</th><th>points</th><th>what was seen</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></div>"
+        )
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.splitlines())

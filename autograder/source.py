@@ -1,0 +1,75 @@
+"""The student's code for one exercise, from a .py file or from a notebook's exercise cell.
+
+In a notebook the exercise cell starts with the line ``%%exercise 2.3``. The cell is
+copied into a module of its own (that line commented out, so line numbers match the
+cell's); the student's files are only read, never written.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import nbformat
+
+MAGIC = "%%exercise"
+
+
+class UsageError(Exception):
+    """Bad input from the user: the message says what to do."""
+
+
+def magic_id(cell_source: str) -> str | None:
+    first = cell_source.lstrip().splitlines()[0] if cell_source.strip() else ""
+    parts = first.split()
+    return parts[1] if len(parts) >= 2 and parts[0] == MAGIC else None
+
+
+def cell_from_notebook(path: Path, exercise_id: str) -> str:
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds on a damaged file
+        raise UsageError(f"cannot read {path} as a notebook ({exc.__class__.__name__}: {exc})") from None
+    for cell in nb.cells:
+        if cell.cell_type == "code" and magic_id(cell.source) == exercise_id:
+            return cell.source
+    raise UsageError(f"{path} has no cell for exercise {exercise_id}: its first line must be `{MAGIC} {exercise_id}`")
+
+
+def as_module(cell_source: str) -> str:
+    lines = cell_source.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith(MAGIC):
+            lines[i] = "# " + line.strip()
+            break
+    return "\n".join(lines) + "\n"
+
+
+def extract(path: Path, exercise_id: str, dest: Path) -> Path:
+    """Write the exercise's code to ``dest/student.py`` and return that path."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    if path.suffix == ".ipynb":
+        code = as_module(cell_from_notebook(path, exercise_id))
+    elif path.suffix == ".py":
+        code = as_module(path.read_text())
+    else:
+        raise UsageError(f"{path}: give a .py file or a .ipynb notebook")
+    target = dest / "student.py"
+    target.write_text(code)
+    return target
+
+
+def compile_problem(path: Path, entry: str | None) -> str | None:
+    """Why the code cannot run at all (a syntax error, a missing function), or None."""
+    code = path.read_text()
+    try:
+        tree = ast.parse(code, filename="exercise cell")
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" if exc.lineno else "somewhere"
+        shown = f"\n    {exc.text.rstrip()}" if exc.text else ""
+        return f"Your code does not compile: {exc.msg} at {where}.{shown}\nThe graded cell must be plain Python (no ! or % lines but the first)."
+    if entry and not any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):
+        return f"The cell must define a function named `{entry}` at the top level; none was found."
+    return None
