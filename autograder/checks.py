@@ -22,6 +22,9 @@ from autograder.evidence import WorldRun
 from autograder.report import CheckResult
 
 
+SKIPPED_ON_CPU = "only meaningful with one GPU per rank (nccl); this run used gloo on CPUs"
+
+
 class Skip(Exception):
     """The check cannot be judged here; the message says why."""
 
@@ -59,7 +62,7 @@ class Check:
             return CheckResult(self.name, status, self.points if status == "passed" else 0, self.points, message)
 
         if self.gpu_only and runs.backend != "nccl":
-            return result("skipped", "only meaningful with one GPU per rank (nccl); this run used gloo on CPUs")
+            return result("skipped", SKIPPED_ON_CPU)
         broken = runs.first_incomplete()
         if broken is not None and self.needs == "complete":
             return _could_not_judge(result, broken)

@@ -5,6 +5,7 @@ This is the one engine behind every front end (command line, notebook, pytest, n
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ from typing import Callable
 import torch
 
 from autograder import exercises, rank, source
-from autograder.checks import Runs
+from autograder.checks import SKIPPED_ON_CPU, Runs
 from autograder.evidence import WorldRun, load
 from autograder.launch import launch
 from autograder.report import CheckResult, Report
@@ -80,7 +81,9 @@ def _grade(exercise, student: Path, sizes, backend, seed, timeout, workdir, prog
 
     problem = source.compile_problem(student, exercise.entry)
     if problem:
-        return report(_all_failed(exercise, "error", "not judged: the code does not run (see above)"), problem)
+        return report(_all_failed(exercise, "error", "not judged: the code does not run (see above)", backend), problem)
+    for name in exercise.warm_imports:
+        importlib.import_module(name)
     params = dict(exercise.params(seed), backend=backend)
     target = (
         rank.script_target(student)
@@ -97,13 +100,20 @@ def _grade(exercise, student: Path, sizes, backend, seed, timeout, workdir, prog
         progress(f"exercise {exercise.id}: world size {size} {'done' if world.complete else 'FAILED'} "
                  f"in {world.elapsed:.1f} s")
         if _not_started(world):
-            return report(_all_failed(exercise, "failed", NOT_STARTED), _not_started_text(exercise), True)
+            return report(_all_failed(exercise, "failed", NOT_STARTED, backend), _not_started_text(exercise), True)
+        if not world.complete:
+            break  # larger launches would fail the same way, only slower
     runs = Runs(worlds, backend, params)
     return report([check.judge(runs) for check in exercise.checks], describe_problem(worlds, student))
 
 
-def _all_failed(exercise, status: str, message: str) -> list[CheckResult]:
-    return [CheckResult(c.name, status, 0, c.points, message) for c in exercise.checks]
+def _all_failed(exercise, status: str, message: str, backend: str) -> list[CheckResult]:
+    return [
+        CheckResult(c.name, "skipped", 0, c.points, SKIPPED_ON_CPU)
+        if c.gpu_only and backend != "nccl"
+        else CheckResult(c.name, status, 0, c.points, message)
+        for c in exercise.checks
+    ]
 
 
 def _not_started(world: WorldRun) -> bool:

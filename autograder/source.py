@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 
 MAGIC = "%%exercise"
+STUDENT_MODULE = "student.py"  # where extract() writes the code; tracebacks call it "exercise cell"
 
 
 class UsageError(Exception):
@@ -56,7 +57,7 @@ def extract(path: Path, exercise_id: str, dest: Path) -> Path:
         code = as_module(path.read_text())
     else:
         raise UsageError(f"{path}: give a .py file or a .ipynb notebook")
-    target = dest / "student.py"
+    target = dest / STUDENT_MODULE
     target.write_text(code)
     return target
 

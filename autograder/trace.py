@@ -26,6 +26,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
+from autograder.source import STUDENT_MODULE
+
 COLLECTIVES = (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
     "reduce_scatter", "reduce_scatter_tensor", "barrier", "all_gather_object",
@@ -95,7 +97,8 @@ def caller() -> str | None:
     """'file:line in function' of the innermost frame outside torch and the grader."""
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not frame.filename.startswith(_ENGINE_DIRS):
-            return f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+            name = Path(frame.filename).name
+            return f"{'exercise cell' if name == STUDENT_MODULE else name} line {frame.lineno}, in {frame.name}"
     return None
 
 

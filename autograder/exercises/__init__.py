@@ -26,6 +26,9 @@ class Exercise:
     world_sizes: tuple[int, ...] = (1, 2, 3)
     layout: Callable[[int], Layout] = Layout
     timeout: float = 30.0
+    # Imported by the grader before ranks fork, so each rank need not import them again.
+    # DDP's constructor imports torch._dynamo (about 2 s): every exercise that builds DDP lists it.
+    warm_imports: tuple[str, ...] = ()
     points: float = field(init=False)
 
     def __post_init__(self):

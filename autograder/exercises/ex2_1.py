@@ -1,0 +1,118 @@
+"""Exercise 2.1: join the process group torchrun prepared and bind the process to its device."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from autograder.checks import Check
+from autograder.exercises import Exercise
+from autograder.launch import Layout
+
+
+def layout(world_size: int) -> Layout:
+    """Even world sizes run as two simulated nodes, so that LOCAL_RANK differs from RANK."""
+    return Layout(world_size, nodes=2 if world_size % 2 == 0 else 1)
+
+
+def harness(student, rank, layout, rec, **_):
+    returned = student.setup()
+    seen = {
+        "returned": [str(v) for v in returned] if isinstance(returned, (tuple, list)) else repr(returned),
+        "env": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")},
+        "initialized": dist.is_initialized(),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+    }
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return seen
+
+
+def _expected(r) -> list[str]:
+    env = r.result["env"]
+    device = "cuda:" + env["LOCAL_RANK"] if torch.cuda.is_available() else "cpu"
+    return [env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], device]
+
+
+def _initialized(runs):
+    for world in runs:
+        for r in world.ranks:
+            if not r.result["initialized"]:
+                return f"world size {world.world_size}: rank {r.rank}: no process group after setup() returned"
+
+
+def _backend(runs):
+    want = runs.backend
+    for world in runs:
+        for r in world.ranks:
+            called = r.first("init_process_group_called")
+            if called and called["requested_backend"] not in (want, "None"):
+                return (f"world size {world.world_size}: rank {r.rank} asked for backend "
+                        f"{called['requested_backend']!r} on a machine where {want!r} is the one that works")
+
+
+def _environment(runs):
+    names = ("rank", "local rank", "world size")
+    for world in runs:
+        for r in world.ranks:
+            got = r.result["returned"]
+            if not isinstance(got, list) or len(got) != 4:
+                return f"setup() must return (rank, local_rank, world_size, device); it returned {got}"
+            for name, g, w in zip(names, got[:3], _expected(r)[:3]):
+                if g != w:
+                    return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} "
+                            f"returned {name} {g}, but the launcher set {w}")
+
+
+def _rendezvous(runs):
+    for world in runs:
+        for r in world.ranks:
+            called = r.first("init_process_group_called")
+            if called is None:
+                return f"world size {world.world_size}: rank {r.rank} never called init_process_group"
+            if called["init_method"] not in (None, "env://"):
+                return (f"rank {r.rank} passed init_method={called['init_method']!r}: a fixed address or port "
+                        "collides with other jobs; the launcher already set MASTER_ADDR and MASTER_PORT")
+
+
+def _device(runs):
+    for world in runs:
+        for r in world.ranks:
+            got, want = r.result["returned"], _expected(r)
+            if isinstance(got, list) and len(got) == 4 and got[3] != want[3]:
+                return f"world size {world.world_size}: rank {r.rank} returned device {got[3]}, expected {want[3]}"
+
+
+def _bound_to_local_rank(runs):
+    for world in runs:
+        for r in world.ranks:
+            bound = [e["device"] for e in r.of("cuda_set_device")]
+            want = "cuda:" + r.result["env"]["LOCAL_RANK"]
+            if bound != [want]:
+                return f"world size {world.world_size}: rank {r.rank} called set_device with {bound or 'nothing'}, expected {want}"
+
+
+EXERCISE = Exercise(
+    id="2.1",
+    title="process group and device",
+    kind="function",
+    entry="setup",
+    harness=harness,
+    layout=layout,
+    checks=[
+        Check("process group initialized when setup() returns", 2, _initialized,
+              hint="call dist.init_process_group(backend) inside setup()"),
+        Check("backend: gloo on CPUs, nccl on GPUs", 2, _backend, needs="partial",
+              hint='backend = "nccl" if torch.cuda.is_available() else "gloo"'),
+        Check("rank, local rank and world size come from the launcher's environment", 2, _environment,
+              hint="read RANK, LOCAL_RANK and WORLD_SIZE from os.environ; LOCAL_RANK is the index on this machine"),
+        Check("rendezvous through the launcher's environment (no hard-coded address or port)", 1, _rendezvous,
+              needs="partial", hint="call init_process_group(backend) without init_method"),
+        Check("device: cpu on CPUs, cuda:LOCAL_RANK on GPUs", 1, _device,
+              hint='torch.device("cuda", local_rank) on GPUs, torch.device("cpu") otherwise'),
+        Check("each process bound to its own GPU: torch.cuda.set_device(local_rank)", 2, _bound_to_local_rank,
+              gpu_only=True, hint="call torch.cuda.set_device(local_rank) before creating tensors on the GPU"),
+    ],
+)

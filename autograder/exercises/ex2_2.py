@@ -1,0 +1,97 @@
+"""Exercise 2.2: the training data loader over a DistributedSampler."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler
+
+from autograder.checks import Check, shares_disjoint_and_covering
+from autograder.exercises import Exercise
+from autograder.rig import join_group, row_index
+from ddpcourse import toy_dataset
+
+N, BATCH, EPOCHS = 96, 8, 3
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    join_group()
+    dataset = toy_dataset(n=N, seed=seed)
+    index = row_index(dataset.tensors[0])
+    loader = student.build_loader(dataset, BATCH)
+    sampler = loader.sampler
+    epochs = []
+    for epoch in range(EPOCHS):
+        if isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(epoch)  # what a correct training loop does
+        seen, sizes = [], []
+        for x, *_ in loader:
+            seen += [index.get(row.tobytes(), -1) for row in x.detach().cpu().numpy()]
+            sizes.append(len(x))
+        epochs.append({"indices": seen, "batch_sizes": sizes})
+    dist.destroy_process_group()
+    return {"sampler": type(sampler).__name__, "distributed": isinstance(sampler, DistributedSampler), "epochs": epochs}
+
+
+def _uses_distributed_sampler(runs):
+    for world in runs:
+        for r in world.ranks:
+            if not r.result["distributed"]:
+                return f"rank {r.rank}: the loader's sampler is a {r.result['sampler']}, not a DistributedSampler"
+
+
+def _disjoint_and_covering(runs):
+    for world in runs:
+        for epoch in range(EPOCHS):
+            shares = {r.rank: r.result["epochs"][epoch]["indices"] for r in world.ranks}
+            message = shares_disjoint_and_covering(shares, N, world.world_size, f"world size {world.world_size}, epoch {epoch}")
+            if message:
+                return message
+
+
+def _order_changes(runs):
+    for world in runs:
+        orders = [world.ranks[0].result["epochs"][e]["indices"] for e in range(EPOCHS)]
+        if orders[0] == sorted(orders[0]):
+            return f"world size {world.world_size}: rank 0 reads its share in index order: nothing is shuffled"
+        if len({tuple(o) for o in orders}) < EPOCHS:
+            return (f"world size {world.world_size}: rank 0 saw the same order in two epochs although set_epoch "
+                    "was called: the shuffling does not depend on the epoch")
+
+
+def _no_shuffle_beside_sampler(runs):
+    for world in runs:
+        for r in world.ranks:
+            for loader in r.of("dataloader"):
+                if loader.get("shuffle") and loader.get("sampler"):
+                    return (f"rank {r.rank}: DataLoader(shuffle=True, sampler=...) at {loader['caller']}; "
+                            "the two are mutually exclusive (PyTorch raises ValueError)")
+
+
+def _batch_size(runs):
+    for world in runs:
+        for r in world.ranks:
+            sizes = r.result["epochs"][0]["batch_sizes"]
+            if sizes and max(sizes) != BATCH:
+                return f"world size {world.world_size}: rank {r.rank}'s batches hold {max(sizes)} samples, asked for {BATCH}"
+
+
+EXERCISE = Exercise(
+    id="2.2",
+    title="data loader over a DistributedSampler",
+    kind="function",
+    entry="build_loader",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    checks=[
+        Check("the loader draws from a DistributedSampler", 2, _uses_distributed_sampler,
+              hint="DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset))"),
+        Check("each epoch the ranks' samples are disjoint and cover the dataset", 3, _disjoint_and_covering,
+              hint="let DistributedSampler take the rank and world size from the process group"),
+        Check("the order changes every epoch once set_epoch is called (shuffle in the sampler)", 2, _order_changes,
+              hint="keep DistributedSampler's shuffle=True (the default); the training loop calls set_epoch"),
+        Check("no shuffle=True beside the sampler", 2, _no_shuffle_beside_sampler, needs="partial",
+              hint="the sampler shuffles; leave DataLoader's shuffle at its default (False)"),
+        Check("batches of batch_size samples on every rank", 1, _batch_size,
+              hint="batch_size is per process: pass it to the DataLoader unchanged"),
+    ],
+)

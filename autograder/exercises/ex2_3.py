@@ -1,0 +1,165 @@
+"""Exercise 2.3: a complete DDP training script, launched as torchrun launches it."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from autograder.checks import Check, matches_reference, params_identical_across_ranks, shares_disjoint_and_covering
+from autograder.exercises import Exercise
+from autograder.reference import ddp_training, flat
+from ddpcourse import TinyNet, make_model, toy_dataset
+
+N, EPOCHS, BATCH, LR = 96, 3, 8, 0.1
+
+
+@functools.cache
+def reference(world_size: int) -> torch.Tensor:
+    return ddp_training(toy_dataset(n=N, seed=0), world_size, EPOCHS, BATCH, LR)
+
+
+def _runs_to_the_end(runs):
+    return None  # judged by `needs="complete"`: any crash or hang reports here
+
+
+def _backend(runs):
+    for world in runs:
+        for r in world.ranks:
+            init = r.first("init_process_group")
+            if init is None:
+                return f"world size {world.world_size}: rank {r.rank} never initialised a process group"
+            if init["backend"] != runs.backend or init["world_size"] != world.world_size:
+                return (f"world size {world.world_size}: rank {r.rank} joined a {init['backend']} group of "
+                        f"{init['world_size']} process(es)")
+
+
+def _wrapped_in_ddp(runs):
+    for world in runs:
+        for r in world.ranks:
+            if not r.of("ddp"):
+                return f"world size {world.world_size}: rank {r.rank} never wrapped its model in DistributedDataParallel"
+
+
+def _ddp_device_ids(runs):
+    for world in runs:
+        for r in world.ranks:
+            ddp = r.first("ddp")
+            want = [f"cuda:{world.layout.local_rank(r.rank)}"]
+            if ddp and [d if d.startswith("cuda") else f"cuda:{d}" for d in ddp["device_ids"] or []] != want:
+                return f"rank {r.rank}: DDP(device_ids={ddp['device_ids']}), expected {want}"
+
+
+def _samples(runs):
+    for world in runs:
+        iters = {r.rank: r.of("sampler_iter") for r in world.ranks}
+        if not all(iters.values()):
+            return (f"world size {world.world_size}: no DistributedSampler was iterated on rank "
+                    f"{min(k for k, v in iters.items() if not v)}: every rank trained on the whole dataset")
+        for epoch in range(min(len(v) for v in iters.values())):
+            shares = {rank: it[epoch]["indices"] for rank, it in iters.items()}
+            message = shares_disjoint_and_covering(shares, N, world.world_size, f"world size {world.world_size}, epoch {epoch}")
+            if message:
+                return message
+
+
+def _set_epoch_every_epoch(runs):
+    for world in runs:
+        for r in world.ranks:
+            epochs = [e["epoch"] for e in r.of("sampler_iter")]
+            if len(epochs) != EPOCHS:
+                return f"world size {world.world_size}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
+            if epochs != list(range(EPOCHS)):
+                return (f"world size {world.world_size}: rank {r.rank}'s sampler ran with epochs {epochs}: "
+                        "without set_epoch every epoch repeats the same order")
+
+
+def _one_writer(runs):
+    for world in runs:
+        writers = sorted({r.rank for r in world.ranks if r.of("save")})
+        if writers != [0]:
+            return (f"world size {world.world_size}: torch.save was called by rank(s) {writers or 'none'}; "
+                    "exactly one writer, global rank 0, is expected")
+
+
+def _checkpoint(world):
+    saves = world.ranks[0].of("save")
+    if not saves:
+        return None, f"world size {world.world_size}: rank 0 saved nothing"
+    path = Path(saves[-1]["path"])
+    if not path.exists():
+        return None, f"the checkpoint {path.name} was not found after the run"
+    return torch.load(path, map_location="cpu", weights_only=False), None
+
+
+def _loads_strictly(runs):
+    for world in runs:
+        state, problem = _checkpoint(world)
+        if problem:
+            return problem
+        if not isinstance(state, dict):
+            return f"the checkpoint holds a {type(state).__name__}, not a state_dict"
+        prefixed = [k for k in state if k.startswith("module.")]
+        if prefixed:
+            return f"checkpoint keys start with 'module.' ({prefixed[0]}): the DDP wrapper was saved, not the model"
+        try:
+            TinyNet().load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            return f"the checkpoint does not load into a plain TinyNet: {str(exc).splitlines()[0]}"
+
+
+def _checkpoint_is_trained(runs):
+    for world in runs:
+        state, problem = _checkpoint(world)
+        if problem:
+            return problem
+        model = TinyNet()
+        try:
+            model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+        except (RuntimeError, AttributeError):
+            return "the checkpoint cannot be read as TinyNet's parameters"
+        final = world.ranks[0].final_params()
+        if final is not None and not torch.allclose(flat(model), final, atol=1e-6):
+            return f"world size {world.world_size}: the checkpoint's weights are not the final trained weights"
+
+
+def _destroyed(runs):
+    for world in runs:
+        for r in world.ranks:
+            if not r.of("destroy_process_group"):
+                return f"world size {world.world_size}: rank {r.rank} never called destroy_process_group()"
+
+
+EXERCISE = Exercise(
+    id="2.3",
+    title="a complete DDP training script",
+    kind="script",
+    timeout=60.0,
+    warm_imports=("torch._dynamo",),
+    params=lambda seed: {"initial": flat(make_model(0))},
+    checks=[
+        Check("the script runs to the end on every rank", 2, _runs_to_the_end),
+        Check("process group of the right backend and size", 1, _backend,
+              hint="init_process_group(backend) with the launcher's environment; gloo on CPUs, nccl on GPUs"),
+        Check("model wrapped in DistributedDataParallel", 2, _wrapped_in_ddp, hint="model = DDP(model, ...)"),
+        Check("DDP on GPUs: device_ids=[local_rank]", 1, _ddp_device_ids, gpu_only=True,
+              hint="DDP(model, device_ids=[local_rank])"),
+        Check("each epoch the ranks' samples are disjoint and cover the dataset", 3, _samples,
+              hint="DataLoader(dataset, batch_size=BATCH_SIZE, sampler=DistributedSampler(dataset))"),
+        Check("set_epoch(epoch) at the top of every epoch, so the order changes every epoch", 3,
+              _set_epoch_every_epoch, hint="call sampler.set_epoch(epoch) first thing in each epoch"),
+        Check("parameters identical on all ranks after every optimizer step", 2, params_identical_across_ranks,
+              hint="let DDP average the gradients: backward() on the DDP model's output"),
+        Check("equal to the single-process reference trained on the same global batches", 3,
+              lambda runs: matches_reference(runs, lambda w: reference(w.world_size), "the reference"),
+              hint="SGD(lr=LR) on cross_entropy, one step per batch, model from make_model(seed=0)"),
+        Check("exactly one checkpoint writer: global rank 0", 2, _one_writer,
+              hint="if dist.get_rank() == 0: torch.save(...)"),
+        Check("checkpoint keys have no 'module.' prefix and load strictly into the plain model", 2, _loads_strictly,
+              hint="save model.module.state_dict(), the wrapped model's own weights"),
+        Check("the checkpoint holds the trained weights", 1, _checkpoint_is_trained,
+              hint="save after the last epoch"),
+        Check("process group destroyed at the end", 1, _destroyed, hint="dist.destroy_process_group() at the end"),
+    ],
+)
