@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 import traceback
 import weakref
 from pathlib import Path
@@ -143,6 +144,9 @@ def _wrap_process_group(rec: Recorder):
             if group is None:
                 rec.snapshot("destroy_process_group")
                 rec.event("destroy_process_group", caller=caller())
+            # Let gloo's worker threads finish releasing completed work first: they need the GIL
+            # for that, and a DDP model freed after the group is gone joins them while holding it.
+            time.sleep(0.02)
             return original(group)
         return wrapper
 

@@ -25,7 +25,7 @@ class Exercise:
     params: Callable[[int], dict] = lambda seed: {}  # what the harness and the checks share, by seed
     world_sizes: tuple[int, ...] = (1, 2, 3)
     layout: Callable[[int], Layout] = Layout
-    timeout: float = 30.0
+    timeout: float = 20.0  # seconds per launch
     # Imported by the grader before ranks fork, so each rank need not import them again.
     # DDP's constructor imports torch._dynamo (about 2 s): every exercise that builds DDP lists it.
     warm_imports: tuple[str, ...] = ()

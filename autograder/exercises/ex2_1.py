@@ -101,6 +101,7 @@ EXERCISE = Exercise(
     entry="setup",
     harness=harness,
     layout=layout,
+    timeout=10.0,  # joining a group takes well under a second; a wrong rendezvous waits forever
     checks=[
         Check("process group initialized when setup() returns", 2, _initialized,
               hint="call dist.init_process_group(backend) inside setup()"),

@@ -1,0 +1,130 @@
+"""Every exercise against its submissions: correct ones pass every check; each wrong one
+is caught by the check that names its mistake (other checks may fail too)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from autograder import engine, exercises
+from conftest import SUBMISSIONS
+
+# (exercise, wrong submission) -> the check that must report it as failed
+CAUGHT_BY = {
+    ("2.1", "wrong_rank_as_local_rank"): "rank, local rank and world size come from the launcher's environment",
+    ("2.1", "wrong_nccl_on_cpu"): "backend: gloo on CPUs, nccl on GPUs",
+    ("2.1", "wrong_fixed_port"): "rendezvous through the launcher's environment (no hard-coded address or port)",
+    ("2.2", "wrong_no_sampler"): "the loader draws from a DistributedSampler",
+    ("2.2", "wrong_shuffle_beside_sampler"): "no shuffle=True beside the sampler",
+    ("2.2", "wrong_sampler_unshuffled"): "the order changes every epoch once set_epoch is called (shuffle in the sampler)",
+    ("2.2", "wrong_one_replica"): "each epoch the ranks' samples are disjoint and cover the dataset",
+    ("2.3", "wrong_no_set_epoch"): "set_epoch(epoch) at the top of every epoch, so the order changes every epoch",
+    ("2.3", "wrong_every_rank_saves"): "exactly one checkpoint writer: global rank 0",
+    ("2.3", "wrong_saves_wrapper"): "checkpoint keys have no 'module.' prefix and load strictly into the plain model",
+    ("2.3", "wrong_no_sampler"): "each epoch the ranks' samples are disjoint and cover the dataset",
+    ("2.3", "wrong_no_destroy"): "process group destroyed at the end",
+    ("2.3", "wrong_shuffle_beside_sampler"): "the script runs to the end on every rank",
+    ("2.3", "wrong_manual_sum_allreduce"): "equal to the single-process reference trained on the same global batches",
+    ("2.4", "wrong_local_only"): "every rank returns the same accuracy",
+    ("2.4", "wrong_mean_of_accuracies"): "accuracy equals the single-process accuracy",
+    ("2.4", "wrong_sampler_padding"): "every sample scored exactly once across the ranks",
+    ("2.4", "wrong_reduce_on_rank0_only"): "every rank calls the same collectives (none inside `if rank == 0`)",
+    ("2.5", "wrong_no_no_sync"): "gradients all-reduced once per window, on its last micro-batch (no_sync for the others)",
+    ("2.5", "wrong_always_no_sync"): "gradients all-reduced once per window, on its last micro-batch (no_sync for the others)",
+    ("2.5", "wrong_unscaled_loss"): "equal to the single-process reference with the same windows",
+    ("2.5", "wrong_manual_sum_allreduce"): "equal to the single-process reference with the same windows",
+}
+EXPECTED_STATUS = {("2.3", "wrong_shuffle_beside_sampler"): "error"}  # a crash: the run itself is what fails
+
+
+def folder(exercise_id: str):
+    return SUBMISSIONS / f"ex{exercise_id.replace('.', '_')}"
+
+
+def submissions(prefix: str):
+    return [
+        pytest.param(ex, path.stem, id=f"{ex}-{path.stem}")
+        for ex in exercises.ids()
+        for path in sorted(folder(ex).glob(f"{prefix}*.py"))
+    ]
+
+
+@functools.cache
+def graded(exercise_id: str, name: str, seed: int = 0):
+    return engine.grade(exercise_id, folder(exercise_id) / f"{name}.py", seed=seed)
+
+
+def test_every_wrong_submission_is_listed():
+    on_disk = {(p.values[0], p.values[1]) for p in submissions("wrong_")}
+    assert on_disk == set(CAUGHT_BY)
+
+
+def test_every_exercise_has_two_correct_solutions_and_a_negative_control():
+    for ex in exercises.ids():
+        assert len(list(folder(ex).glob("correct_*.py"))) >= 2, ex
+        assert list(folder(ex).glob("wrong_*.py")), ex
+
+
+@pytest.mark.parametrize("exercise_id,name", submissions("correct_"))
+def test_correct_solution_passes_every_check(exercise_id, name, no_leftover_processes):
+    report = graded(exercise_id, name)
+    assert report.all_passed, report.to_text()
+    assert report.world_sizes == [1, 2, 3]
+    assert report.backend == "gloo"
+    assert report.score == report.max_score > 0
+    skipped = [c for c in report.checks if c.status == "skipped"]
+    assert all("GPU" in c.message and c.points == 0 for c in skipped)
+
+
+@pytest.mark.parametrize("exercise_id,name", submissions("correct_"))
+def test_correct_solution_passes_on_other_data(exercise_id, name):
+    if exercises.get(exercise_id).kind == "script":
+        pytest.skip("a script fixes its own data")
+    report = graded(exercise_id, name, seed=7)
+    assert report.all_passed, report.to_text()
+
+
+@pytest.mark.parametrize("exercise_id,name", submissions("wrong_"))
+def test_wrong_submission_is_caught_by_the_check_that_names_it(exercise_id, name, no_leftover_processes):
+    report = graded(exercise_id, name)
+    by_name = {c.name: c for c in report.checks}
+    check = by_name[CAUGHT_BY[(exercise_id, name)]]
+    assert check.status == EXPECTED_STATUS.get((exercise_id, name), "failed"), report.to_text()
+    assert check.points == 0 and check.message
+    assert not report.all_passed and report.score < report.max_score
+
+
+@pytest.mark.parametrize("exercise_id", exercises.ids())
+def test_not_started_says_so_instead_of_a_wall_of_errors(exercise_id):
+    report = graded(exercise_id, "not_started")
+    assert report.not_started
+    assert report.score == 0
+    assert "not implemented yet" in report.problem
+    assert "Traceback" not in report.to_text()
+    assert {c.status for c in report.checks} <= {"failed", "skipped"}
+
+
+def test_a_crash_shows_the_failing_ranks_traceback_in_the_students_terms():
+    report = graded("2.1", "wrong_nccl_on_cpu")
+    assert report.problem.startswith("world size 1: rank 0 raised RuntimeError")
+    assert 'File "exercise cell", line 9, in setup' in report.problem
+    assert "autograder" not in report.problem
+
+
+def test_a_collective_on_rank_0_only_is_explained():
+    report = graded("2.4", "wrong_reduce_on_rank0_only")
+    assert "every rank must call every collective" in report.problem.lower()
+    assert report.elapsed < 20
+
+
+def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():
+    # the negative control only means something if the data make the two numbers differ
+    report = graded("2.4", "wrong_mean_of_accuracies")
+    message = {c.name: c for c in report.checks}["accuracy equals the single-process accuracy"].message
+    assert "world size 2" in message
+
+
+def test_summed_gradients_are_named_as_such():
+    report = graded("2.5", "wrong_manual_sum_allreduce")
+    assert "summed, not averaged" in report.to_text()
