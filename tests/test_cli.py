@@ -1,0 +1,82 @@
+"""The command-line contract other tools rely on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import nbformat
+
+from autograder import exercises
+from conftest import ROOT, SUBMISSIONS
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograder", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+def test_list_prints_one_exercise_id_a_line():
+    out = run("list")
+    assert out.returncode == 0
+    assert out.stdout.split() == exercises.ids() == ["2.1", "2.2", "2.3", "2.4", "2.5"]
+
+
+def test_grade_json_contract_on_a_wrong_solution():
+    out = run("grade", "2.4", str(SUBMISSIONS / "ex2_4" / "wrong_mean_of_accuracies.py"), "--json",
+              "--world-sizes", "1,2,3")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert {"exercise", "score", "max_score", "backend", "world_sizes", "checks"} <= set(report)
+    assert report["exercise"] == "2.4" and report["backend"] == "gloo" and report["world_sizes"] == [1, 2, 3]
+    for check in report["checks"]:
+        assert set(check) == {"name", "status", "points", "max_points", "message"}
+        assert check["status"] in ("passed", "failed", "error", "timeout", "skipped")
+    assert 0 < report["score"] < report["max_score"]
+
+
+def test_grade_exits_0_when_every_check_passed_and_reports_progress_on_stderr():
+    out = run("grade", "2.2", str(SUBMISSIONS / "ex2_2" / "correct_basic.py"), "--world-sizes", "2")
+    assert out.returncode == 0, out.stdout
+    assert "all checks passed" in out.stdout
+    assert "world size 2" in out.stderr
+
+
+def test_grade_takes_the_exercise_cell_from_a_notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    code = (SUBMISSIONS / "ex2_4" / "correct_blocks.py").read_text()
+    nb.cells = [nbformat.v4.new_markdown_cell("intro"), nbformat.v4.new_code_cell("%%exercise 2.4\n" + code)]
+    path = tmp_path / "work.ipynb"
+    nbformat.write(nb, path)
+    out = run("grade", "2.4", str(path), "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["score"] > 0
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path):
+    cases = [
+        ("grade", "9.9", str(SUBMISSIONS / "ex2_4" / "correct_blocks.py")),
+        ("grade", "2.4", str(tmp_path / "missing.py")),
+        ("grade", "2.4", str(SUBMISSIONS / "ex2_4" / "correct_blocks.py"), "--world-sizes", "two"),
+        ("bogus",),
+    ]
+    for args in cases:
+        out = run(*args)
+        assert out.returncode == 2, args
+        assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
+
+
+def test_a_notebook_without_the_exercise_cell_says_how_to_mark_it(tmp_path):
+    path = tmp_path / "empty.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(), path)
+    out = run("grade", "2.3", str(path))
+    assert out.returncode == 2
+    assert "%%exercise 2.3" in out.stderr
+
+
+def test_code_that_does_not_compile_is_reported_without_launching(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("def evaluate(model, dataset:\n    pass\n")
+    out = run("grade", "2.4", str(path))
+    assert out.returncode == 1
+    assert "does not compile" in out.stdout and "line 1" in out.stdout
