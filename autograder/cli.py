@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from autograder import exercises
@@ -27,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print the exercise ids, one a line")
     g = sub.add_parser("grade", help="grade one exercise")
-    g.add_argument("exercise", help="exercise id, e.g. 2.3")
+    g.add_argument("exercise", help="exercise id, e.g. 2.3, or all (every exercise in PATH, a notebook)")
     g.add_argument("path", help="a .py file, or a notebook whose cell starts with `%%%%exercise ID`")
     g.add_argument("--world-sizes", type=_sizes, default=None, help="comma-separated, e.g. 1,2,3")
     g.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -46,11 +47,29 @@ def main(argv: list[str] | None = None) -> int:
     from autograder.engine import grade  # imports torch: only when grading
 
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    ids = exercises.ids() if args.exercise == "all" else [args.exercise]
     try:
-        report = grade(args.exercise, args.path, args.world_sizes, seed=args.seed, timeout=args.timeout,
-                       backend=args.backend, progress=progress)
+        reports = [
+            grade(ex, args.path, args.world_sizes, seed=args.seed, timeout=args.timeout, backend=args.backend,
+                  progress=progress)
+            for ex in ids
+        ]
     except UsageError as exc:
         print(f"autograder: {exc}", file=sys.stderr)
         return 2
-    print(report.to_json() if args.json else report.to_text())
-    return 0 if report.all_passed else 1
+    if args.json:
+        print(reports[0].to_json() if len(reports) == 1 else json.dumps(_course_summary(reports)))
+    else:
+        print("\n\n".join(r.to_text() for r in reports))
+        if len(reports) > 1:
+            total = _course_summary(reports)
+            print(f"\nTotal: {total['score']:g}/{total['max_score']:g} points over {len(reports)} exercises")
+    return 0 if all(r.all_passed for r in reports) else 1
+
+
+def _course_summary(reports) -> dict:
+    return {
+        "score": round(sum(r.score for r in reports), 4),
+        "max_score": round(sum(r.max_score for r in reports), 4),
+        "exercises": [r.to_dict() for r in reports],
+    }

@@ -19,7 +19,7 @@ import torch
 from autograder import exercises, rank, source
 from autograder.checks import SKIPPED_ON_CPU, Runs
 from autograder.evidence import WorldRun, load
-from autograder.launch import launch
+from autograder.launch import Layout, launch
 from autograder.report import CheckResult, Report
 from autograder.source import UsageError
 
@@ -93,7 +93,7 @@ def _grade(exercise, student: Path, sizes, backend, seed, timeout, workdir, prog
     worlds: list[WorldRun] = []
     for size in sizes:
         progress(f"exercise {exercise.id}: world size {size} ...")
-        result = launch(target, exercise.layout(size), workdir / f"world{size}", use_gpus=backend == "nccl",
+        result = launch(target, (exercise.layout or Layout)(size), workdir / f"world{size}", use_gpus=backend == "nccl",
                         timeout=timeout)
         world = load(result)
         worlds.append(world)

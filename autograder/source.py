@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import nbformat
-
 MAGIC = "%%exercise"
 STUDENT_MODULE = "student.py"  # where extract() writes the code; tracebacks call it "exercise cell"
 
@@ -27,6 +25,8 @@ def magic_id(cell_source: str) -> str | None:
 
 
 def cell_from_notebook(path: Path, exercise_id: str) -> str:
+    import nbformat  # slow to import (jsonschema): only when a notebook is given
+
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as exc:  # nbformat raises several kinds on a damaged file

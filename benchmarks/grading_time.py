@@ -1,0 +1,80 @@
+"""How long grading takes, and what that time is made of. Prints figures; asserts nothing.
+
+    python benchmarks/grading_time.py [--repeat 3]
+
+The floor is a fresh interpreter that imports torch: every front end that starts a new
+process pays it once. The target is one exercise graded at world sizes 1, 2 and 3 in
+under twice that floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = {ex: ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}" / name for ex, name in {
+    "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
+    "2.4": "correct_strided.py", "2.5": "correct_contextlib.py"}.items()}
+
+
+def timed(command: list[str], **kwargs) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, cwd=ROOT, **kwargs)
+    return time.perf_counter() - start
+
+
+def median(fn, repeat: int) -> float:
+    return statistics.median(fn() for _ in range(repeat))
+
+
+def row(label: str, seconds: float, floor: float | None = None):
+    ratio = f"{seconds / floor:5.2f} x floor" if floor else ""
+    print(f"  {label:<58} {seconds:6.2f} s   {ratio}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    repeat = parser.parse_args().repeat
+    py = sys.executable
+
+    print("Floor and its parts (median of", repeat, "runs)")
+    floor = median(lambda: timed([py, "-c", "import torch"]), repeat)
+    row("fresh interpreter importing torch (the floor)", floor, floor)
+    dynamo = median(lambda: timed([py, "-c", "import torch, torch._dynamo"]), repeat) - floor
+    row("+ torch._dynamo, which DDP's constructor imports", dynamo)
+
+    print("\nLaunching ranks (in one warm interpreter)")
+    import torch
+    from autograder.launch import Layout, launch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in (1, 2, 3):
+            seconds = median(lambda: launch(lambda r, l: None, Layout(size), Path(tmp) / f"w{size}").elapsed, repeat)
+            row(f"fork {size} rank(s), rendezvous store, reap", seconds)
+        script = Path(tmp) / "noop.py"
+        script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.destroy_process_group()\n")
+        seconds = timed([py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                         "--log-dir", str(Path(tmp) / "logs"), str(script)])
+        row("one real torchrun launch of 2 ranks (init + destroy only)", seconds, floor)
+
+    print("\nOne exercise at world sizes 1, 2, 3, correct solution")
+    from autograder import engine
+
+    for ex, path in SOLUTIONS.items():
+        cold = median(lambda: timed([py, "-m", "autograder", "grade", ex, str(path), "--quiet"]), repeat)
+        row(f"{ex} command line, fresh interpreter", cold, floor)
+        engine.grade(ex, path)  # warm the exercise's imports
+        warm = median(lambda: engine.grade(ex, path).elapsed, repeat)
+        row(f"{ex} in a warm interpreter (pytest, a second check)", warm, floor)
+
+
+if __name__ == "__main__":
+    main()
