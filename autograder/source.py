@@ -71,6 +71,15 @@ def compile_problem(path: Path, entry: str | None) -> str | None:
         where = f"line {exc.lineno}" if exc.lineno else "somewhere"
         shown = f"\n    {exc.text.rstrip()}" if exc.text else ""
         return f"Your code does not compile: {exc.msg} at {where}.{shown}\nThe graded cell must be plain Python (no ! or % lines but the first)."
-    if entry and not any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):
-        return f"The cell must define a function named `{entry}` at the top level; none was found."
+    if entry and entry not in _top_level_names(tree):
+        what = "a function named" if entry.islower() else "a variable named"
+        return f"The cell must define {what} `{entry}` at the top level; none was found."
     return None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names

@@ -19,9 +19,10 @@ if TYPE_CHECKING:  # `python -m autograder list` must not wait for torch
 class Exercise:
     id: str
     title: str
-    kind: str  # "function": `entry` is imported and called in every rank; "script": run as torchrun would
+    kind: str  # "function": the module is imported in every rank and the harness uses `entry`;
+    # "script": run as torchrun would
     checks: list[Check]
-    entry: str | None = None
+    entry: str | None = None  # the name the student's cell must define (a function, or ANSWERS)
     harness: Callable | None = None  # function exercises: runs in each rank, calls the student's `entry`
     params: Callable[[int], dict] = lambda seed: {}  # what the harness and the checks share, by seed
     world_sizes: tuple[int, ...] = (1, 2, 3)
@@ -36,7 +37,7 @@ class Exercise:
         self.points = sum(c.points for c in self.checks)
 
 
-MODULES = {"2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5"}
+MODULES = {"2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5"}
 
 
 def ids() -> list[str]:
