@@ -27,6 +27,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m autograder", description="Grade the course's DDP exercises on real processes.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print the exercise ids, one a line")
+    sub.add_parser("serve", help="grade requests read from stdin, one JSON line each (the notebook's grader)")
     g = sub.add_parser("grade", help="grade one exercise")
     g.add_argument("exercise", help="exercise id, e.g. 2.3, or all (every exercise in PATH, a notebook)")
     g.add_argument("path", help="a .py file, or a notebook whose cell starts with `%%%%exercise ID`")
@@ -40,10 +41,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `... | head` closed our stdout: nothing left to say
+        sys.stderr.close()
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.command == "list":
         print("\n".join(exercises.ids()))
         return 0
+    if args.command == "serve":
+        from autograder.server import serve
+
+        return serve()
     from autograder.engine import grade  # imports torch: only when grading
 
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))

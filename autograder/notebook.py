@@ -1,0 +1,131 @@
+"""The notebook front end: the ``%%exercise`` cell magic and ``check``, the check cells' helper.
+
+An exercise cell starts with ``%%exercise 2.4``. Running it remembers the cell's source
+under that id; a function exercise also runs in the notebook, so the student can try the
+function, while a whole script (2.3) only runs when checked.
+
+``check("2.4")`` writes the remembered source to a temporary file and has it graded by the
+kernel's warm grader (server.py: ``python -m autograder serve``, started by the first check),
+a separate process, never the kernel itself:
+
+- the kernel does not fork ranks (a fork of a kernel, with its threads and event loop, is fragile);
+- what the ranks print stays out of the cell. nbgrader gives a test cell with *any* stderr
+  output zero points, so ``check`` writes nothing to stderr, whatever happens;
+- a crash or a hang of the student's code cannot take the kernel with it.
+
+The value ``check`` returns shows the report as HTML. Its plain-text form is the points
+earned, scaled to what the exercise is worth in the notebook: nbgrader reads a float in a
+test cell's result as partial credit.
+"""
+
+from __future__ import annotations
+
+import html
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autograder.report import Report
+from autograder.source import MAGIC
+
+if TYPE_CHECKING:
+    from autograder.server import WarmGrader
+
+# Under nbgrader's 300 s cell limit (nbgrader_config.py), so that a check cell always answers.
+GRADE_LIMIT = 240.0
+
+_cells: dict[str, str] = {}  # exercise id -> source of its cell, as last run in this kernel
+_grader: WarmGrader | None = None  # started by the first check; dies with the kernel
+
+
+def register(shell) -> None:
+    def magic(line: str, cell: str) -> None:
+        exercise_magic(shell, line, cell)
+
+    shell.register_magic_function(magic, magic_kind="cell", magic_name="exercise")
+
+
+def exercise_magic(shell, line: str, cell: str) -> None:
+    """``%%exercise ID``: remember the cell for ``check(ID)``; run it if it defines a function."""
+    from autograder import exercises  # imports torch: only once a cell asks for it
+
+    exercise_id = line.strip()
+    ex = exercises.get(exercise_id)
+    if ex is None:
+        known = ", ".join(exercises.ids())
+        print(f"autograder: unknown exercise {exercise_id!r}: the first line must be `{MAGIC} ID`, "
+              f"ID one of {known}")
+        return
+    _cells[ex.id] = cell
+    if ex.kind == "script":
+        print(f"Exercise {ex.id} is a whole script: it is not run here. Run the check cell below to run it "
+              "on several processes, as torchrun would.")
+        return
+    shell.run_cell(cell)
+
+
+@dataclass
+class CheckOutcome:
+    """What a check cell shows: the report, or why there is none."""
+
+    exercise: str
+    report: Report | None = None
+    message: str = ""  # why there is no report
+    detail: str = ""  # what the grader said, when it gave no report
+
+    @property
+    def points(self) -> float:
+        """What the exercise is worth in the notebook: all its checks, skipped or not."""
+        return sum(c.max_points for c in self.report.checks) if self.report else 0.0
+
+    @property
+    def earned(self) -> float:
+        """Checks skipped on this machine (GPU-only ones on a laptop) do not cost points."""
+        r = self.report
+        if r is None or not r.max_score:
+            return 0.0
+        return round(r.score / r.max_score * self.points, 2)
+
+    def __repr__(self) -> str:
+        return repr(float(self.earned))
+
+    def _repr_html_(self) -> str:
+        if self.report is None:
+            detail = f"<pre style='white-space:pre-wrap'>{html.escape(self.detail)}</pre>" if self.detail else ""
+            return (f"<div class='autograder-report'><p style='font-weight:bold;color:#cf222e'>"
+                    f"Exercise {html.escape(self.exercise)}: {html.escape(self.message)}</p>{detail}</div>")
+        note = ""
+        if self.report.max_score != self.points:
+            note = (f"<p>In this notebook: {self.earned:g} of {self.points:g} points (the skipped checks "
+                    "cannot run on this machine and do not count).</p>")
+        return self.report._repr_html_() + note
+
+
+def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None) -> CheckOutcome:
+    """Grade the exercise cell last run in this kernel for ``exercise_id``."""
+    code = _cells.get(exercise_id)
+    if code is None:
+        return CheckOutcome(exercise_id, message=f"run the exercise cell first: the cell whose first line is "
+                                                f"`{MAGIC} {exercise_id}`, then run this check again.")
+    with tempfile.TemporaryDirectory(prefix="autograder-cell-") as tmp:
+        path = Path(tmp) / f"exercise_{exercise_id.replace('.', '_')}.py"
+        path.write_text(f"{MAGIC} {exercise_id}\n{code}")  # the magic line keeps line numbers as in the cell
+        request = {"exercise": exercise_id, "path": str(path), "seed": seed, "world_sizes": world_sizes}
+        answer, problem = _warm_grader().ask(request, GRADE_LIMIT)
+    if answer is None:
+        return CheckOutcome(exercise_id, message="the grader stopped without a report:", detail=problem)
+    if "report" in answer:
+        return CheckOutcome(exercise_id, Report.from_dict(answer["report"]))
+    if "usage_error" in answer:
+        return CheckOutcome(exercise_id, message=answer["usage_error"])
+    return CheckOutcome(exercise_id, message="the grader failed:", detail=answer.get("crash", ""))
+
+
+def _warm_grader() -> WarmGrader:
+    global _grader
+    if _grader is None:
+        from autograder.server import WarmGrader  # imports torch: only once a check runs
+
+        _grader = WarmGrader()
+    return _grader

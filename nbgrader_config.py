@@ -1,0 +1,24 @@
+"""nbgrader settings for the course.
+
+nbgrader works in a course directory (source/<assignment>/, release/, submitted/, ...): copy
+this file into yours. `python scripts/release.py` does that in a temporary directory to make
+the student notebooks in exercises/ from the sources in solutions/.
+
+Grading needs nothing else from nbgrader: every check cell calls
+`autograder.notebook.check`, which grades in a subprocess and returns the points earned as
+the cell's value, which nbgrader takes as partial credit.
+"""
+
+c = get_config()  # noqa: F821 (nbgrader defines it when it loads this file)
+
+c.CourseDirectory.course_id = "ddp-course"
+# The assignment is "ps2" (solutions/02_ddp_basics.ipynb; see scripts/release.py): name it on the
+# command line, `nbgrader autograde ps2`. It is not set here as CourseDirectory.assignment_id,
+# since nbgrader then refuses every command that names an assignment.
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# A check cell grades its exercise at world sizes 1, 2 and 3, and gives up after 240 s
+# (autograder.notebook.GRADE_LIMIT), so that it answers before the cell is cut off here.
+c.Execute.timeout = 300
+c.ExecutePreprocessor.timeout = 300

@@ -1,0 +1,154 @@
+"""nbgrader end to end: release, autograde a small class, feedback, export.
+
+The class: `correct` hands in the solutions; `wrong` averages per-rank accuracies in 2.4;
+`hanging` calls 2.4's all_reduce on rank 0 only; `empty` hands in the released notebook.
+Every nbgrader process, and so every kernel, grader and rank under it, gets its temporary
+and runtime directories inside this test's directory: a process left behind names that
+directory on its command line or works inside it.
+"""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder import exercises
+from autograder.source import magic_id
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
+NOTEBOOK = SOURCE.stem
+ASSIGNMENT = "ps2"
+SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
+IDS = [magic_id(c.source) for c in nbformat.read(SOURCE, as_version=4).cells
+       if c.cell_type == "code" and magic_id(c.source)]
+
+
+def solved(code: str) -> str:
+    return "\n".join(line for line in code.splitlines() if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line)
+
+
+def handed_in(released: Path, answers: dict[str, str]):
+    """The released notebook with each exercise cell in `answers` replaced by its answer."""
+    nb = nbformat.read(released, as_version=4)
+    for cell in nb.cells:
+        exercise_id = magic_id(cell.source) if cell.cell_type == "code" else None
+        if exercise_id in answers:
+            cell.source = f"%%exercise {exercise_id}\n{answers[exercise_id]}"
+    return nb
+
+
+def processes_in(folder: Path) -> list[str]:
+    """Live processes that name `folder` on their command line or work inside it."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if str(folder) in args or cwd.startswith(str(folder)):
+            found.append(f"{proc.name} {args}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    env = dict(os.environ, TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+    (root / "tmp").mkdir()
+
+    def nbgrader(*args):
+        done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    (root / "source" / ASSIGNMENT).mkdir(parents=True)
+    shutil.copy(SOURCE, root / "source" / ASSIGNMENT)
+    nbgrader("generate_assignment", ASSIGNMENT)
+    released = root / "release" / ASSIGNMENT / SOURCE.name
+
+    solutions = nbformat.read(SOURCE, as_version=4)
+    correct = {magic_id(c.source): solved(c.source.split("\n", 1)[1])
+               for c in solutions.cells if c.cell_type == "code" and magic_id(c.source)}
+    for cell in solutions.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    class_ = {
+        "correct": solutions,
+        "wrong": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()}),
+        "hanging": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
+        "empty": nbformat.read(released, as_version=4),
+    }
+    for student, nb in class_.items():
+        folder = root / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / SOURCE.name)
+
+    nbgrader("autograde", ASSIGNMENT)
+    nbgrader("generate_feedback", ASSIGNMENT)
+    nbgrader("export")
+    return root
+
+
+@pytest.fixture(scope="module")
+def scores(course):
+    """student -> exercise id -> (score, max score) of its check cell."""
+    found = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student in ("correct", "wrong", "hanging", "empty"):
+            grades = gb.find_submission_notebook(NOTEBOOK, ASSIGNMENT, student).grades
+            found[student] = {g.name.removeprefix("check_").replace("_", "."): (g.score, g.max_score) for g in grades}
+    return found
+
+
+def test_check_cells_are_worth_the_exercise_points(scores):
+    assert {i: m for i, (_, m) in scores["empty"].items()} == {i: exercises.get(i).points for i in IDS}
+
+
+def test_correct_gets_full_marks(scores):
+    assert all(score == top for score, top in scores["correct"].values()), scores["correct"]
+
+
+def test_wrong_gets_partial_credit_on_the_wrong_exercise(scores):
+    score, top = scores["wrong"]["2.4"]
+    assert 0 < score < top
+    assert all(s == t for i, (s, t) in scores["wrong"].items() if i != "2.4")
+
+
+def test_hanging_loses_that_exercise_only(scores):
+    assert scores["hanging"]["2.4"][0] == 0
+    assert all(s == t for i, (s, t) in scores["hanging"].items() if i != "2.4")
+
+
+def test_empty_gets_zero(scores):
+    assert all(score == 0 for score, _ in scores["empty"].values()), scores["empty"]
+
+
+def test_hidden_tests_ran_at_autograde(course):
+    nb = nbformat.read(course / "autograded" / "correct" / ASSIGNMENT / SOURCE.name, as_version=4)
+    check_2_4 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_4")
+    assert "seed = 7" in check_2_4.source
+
+
+def test_feedback_and_grades_csv(course):
+    for student in ("correct", "wrong", "hanging", "empty"):
+        assert (course / "feedback" / student / ASSIGNMENT / f"{NOTEBOOK}.html").is_file()
+    with open(course / "grades.csv") as f:
+        rows = {row["student_id"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"correct", "wrong", "hanging", "empty"}
+    assert float(rows["correct"]["score"]) == float(rows["correct"]["max_score"])
+    assert float(rows["empty"]["score"]) == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="reads /proc")
+def test_nothing_left_running(course):
+    assert processes_in(course) == []

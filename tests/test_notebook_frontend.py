@@ -1,0 +1,124 @@
+"""The notebook front end: the `%%exercise` magic and `check`, in a real kernel and without one."""
+
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder import exercises, notebook
+from autograder.report import CheckResult, Report
+
+ROOT = Path(__file__).resolve().parent.parent
+WRONG_2_4 = ROOT / "tests" / "submissions" / "ex2_4" / "wrong_mean_of_accuracies.py"
+SCRIPT_2_3 = ROOT / "tests" / "submissions" / "ex2_3" / "correct_tutorial.py"
+
+CELLS = {
+    "setup": "%load_ext autograder\nfrom autograder.notebook import check",
+    "check_too_early": 'check("2.4")',
+    "exercise": "%%exercise 2.4\n" + WRONG_2_4.read_text(),
+    "check": 'check("2.4")',
+    "unknown": "%%exercise 9.9\nx = 1",
+    "script": "%%exercise 2.3\n" + SCRIPT_2_3.read_text(),
+    "namespace": 'print(evaluate.__name__, "main" in globals())',
+}
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The notebook above, run once in a kernel: cell name -> its outputs."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS.values()]
+    workdir = tmp_path_factory.mktemp("nb")
+    NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
+    return {name: cell.outputs for name, cell in zip(CELLS, nb.cells)}
+
+
+def result_of(outputs):
+    results = [o for o in outputs if o.output_type == "execute_result"]
+    assert len(results) == 1, outputs
+    return results[0].data
+
+
+def stream(outputs, name):
+    return "".join(o.text for o in outputs if o.output_type == "stream" and o.name == name)
+
+
+def test_check_cell_writes_nothing_to_stderr(executed):
+    for name in ("check_too_early", "check"):
+        assert not stream(executed[name], "stderr")
+        assert not [o for o in executed[name] if o.output_type == "error"]
+
+
+def test_check_cell_value_is_the_partial_score(executed):
+    data = result_of(executed["check"])
+    score = float(data["text/plain"])  # what nbgrader reads as partial credit
+    assert 0 < score < exercises.get("2.4").points
+
+
+def test_check_cell_html_names_the_failing_check(executed):
+    page = result_of(executed["check"])["text/html"]
+    assert "accuracy equals the single-process accuracy" in page
+    assert "failed" in page
+
+
+def test_check_before_the_exercise_cell_says_so(executed):
+    data = result_of(executed["check_too_early"])
+    assert float(data["text/plain"]) == 0
+    assert "run the exercise cell first" in data["text/html"]
+
+
+def test_unknown_exercise_is_one_line(executed):
+    out = stream(executed["unknown"], "stdout")
+    assert "unknown exercise '9.9'" in out and out.count("\n") == 1
+    assert not [o for o in executed["unknown"] if o.output_type == "error"]
+
+
+def test_function_cell_runs_script_cell_does_not(executed):
+    assert "whole script" in stream(executed["script"], "stdout")
+    assert stream(executed["namespace"], "stdout").split() == ["evaluate", "False"]
+
+
+# Without a kernel: the grader's failure paths and the scaling of the score.
+
+@pytest.fixture
+def own_grader(monkeypatch):
+    """A warm grader for this test alone, stopped after it."""
+    monkeypatch.setattr(notebook, "_grader", None)
+    yield
+    if notebook._grader is not None:
+        notebook._grader.stop()
+
+
+def test_an_exercise_the_grader_does_not_know_scores_zero(own_grader, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setitem(notebook._cells, "9.9", "x = 1\n")
+    outcome = notebook.check("9.9")
+    assert repr(outcome) == "0.0"
+    assert "unknown exercise" in outcome._repr_html_()
+    assert not list(tmp_path.glob("autograder-cell-*"))  # the cell's temporary file is gone
+
+
+def test_a_grader_past_the_limit_is_stopped(own_grader, monkeypatch):
+    monkeypatch.setattr(notebook, "GRADE_LIMIT", 0.2)
+    monkeypatch.setitem(notebook._cells, "2.4", WRONG_2_4.read_text())
+    outcome = notebook.check("2.4")
+    assert repr(outcome) == "0.0"
+    assert "did not answer within 0.2 s" in outcome._repr_html_()
+    assert notebook._grader.proc is None  # stopped, with its ranks; the next check starts a new one
+
+
+def _report(*checks):
+    return Report("2.4", "t", "gloo", [1, 2], [CheckResult(*c) for c in checks])
+
+
+def test_skipped_checks_do_not_cost_points():
+    outcome = notebook.CheckOutcome("2.4", _report(("a", "passed", 2, 2), ("gpu", "skipped", 0, 1)))
+    assert repr(outcome) == "3.0"
+
+
+def test_partial_score_is_scaled_to_the_exercise_points():
+    outcome = notebook.CheckOutcome(
+        "2.4", _report(("a", "passed", 1, 1), ("b", "failed", 0, 2), ("gpu", "skipped", 0, 1)))
+    assert float(repr(outcome)) == pytest.approx(4 / 3, abs=0.01)
