@@ -14,6 +14,7 @@ worth in the autograder (`autograder.exercises.get(id).points`).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -53,6 +54,12 @@ def sync_points(notebook: Path) -> None:
     nbformat.write(nb, notebook)
 
 
+def tool_environment(**extra: str) -> dict[str, str]:
+    """The environment for nbgrader: it runs `alembic` from PATH, which a venv not activated lacks."""
+    scripts = str(Path(sys.executable).parent)
+    return dict(os.environ, PATH=os.pathsep.join([scripts, os.environ.get("PATH", "")]), **extra)
+
+
 def release(out: Path) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
         course = Path(tmp)
@@ -60,7 +67,7 @@ def release(out: Path) -> list[Path]:
         shutil.copytree(SOLUTIONS, course / "source" / ASSIGNMENT,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
-                              cwd=course, capture_output=True, text=True)
+                              cwd=course, capture_output=True, text=True, env=tool_environment())
         if done.returncode != 0:
             raise SystemExit(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
         out.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,5 @@
+import functools
+import importlib.util
 import os
 import signal
 import subprocess
@@ -48,3 +50,12 @@ def _alive(pid: int) -> bool:
 
 def python() -> str:
     return sys.executable
+
+
+@functools.cache
+def release_script():
+    """scripts/release.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

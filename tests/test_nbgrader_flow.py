@@ -20,6 +20,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises
 from autograder.source import magic_id
+from conftest import release_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
@@ -62,7 +63,7 @@ def processes_in(folder: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
-    env = dict(os.environ, TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+    env = release_script().tool_environment(TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
     (root / "tmp").mkdir()
 
     def nbgrader(*args):

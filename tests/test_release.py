@@ -1,6 +1,5 @@
 """exercises/ is what scripts/release.py makes from solutions/, and the check cells' points are the autograder's."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,19 +9,13 @@ import pytest
 
 from autograder import exercises
 from autograder.source import magic_id
+from conftest import release_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 
 
-def _load_release():
-    spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-release = _load_release()
+release = release_script()
 
 
 @pytest.fixture(scope="module")
