@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 STATUSES = ("passed", "failed", "error", "timeout", "skipped")
 _MARK = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⧗", "skipped": "–"}
+_CELL = "text-align:left;vertical-align:top"  # notebooks right-align table cells by default
+_HEADINGS = ("status", "check", "points", "what was seen")
 _COLOUR = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout": "#9a6700", "skipped": "#6e7781"}
 
 
@@ -98,9 +100,10 @@ class Report:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td style='color:{_COLOUR[c.status]};font-weight:bold'>{_MARK[c.status]} {c.status}</td>"
-            f"<td>{html.escape(c.name)}</td><td>{_num(c.points)}/{_num(c.max_points)}</td>"
-            f"<td><pre style='white-space:pre-wrap;margin:0'>{html.escape(c.message if c.status != 'passed' else '')}</pre></td></tr>"
+            f"<tr><td style='{_CELL};color:{_COLOUR[c.status]};font-weight:bold;white-space:nowrap'>"
+            f"{_MARK[c.status]} {c.status}</td>"
+            f"<td style='{_CELL}'>{html.escape(c.name)}</td><td style='{_CELL}'>{_num(c.points)}/{_num(c.max_points)}</td>"
+            f"<td style='{_CELL}'><pre style='white-space:pre-wrap;margin:0;text-align:left'>{html.escape(c.message if c.status != 'passed' else '')}</pre></td></tr>"
             for c in self.checks
         )
         problem = (
@@ -109,10 +112,11 @@ class Report:
             if self.problem
             else ""
         )
+        headings = "".join(f"<th style='{_CELL}'>{h}</th>" for h in _HEADINGS)
         colour = _COLOUR["passed" if self.all_passed else "failed"]
         return (
             f"<div class='autograder-report'><p style='font-weight:bold;color:{colour}'>{html.escape(self.headline())}</p>"
-            f"{problem}<table><thead><tr><th>status</th><th>check</th><th>points</th><th>what was seen</th></tr></thead>"
+            f"{problem}<table><thead><tr>{headings}</tr></thead>"
             f"<tbody>{rows}</tbody></table></div>"
         )
 

@@ -59,8 +59,8 @@ def _each_sample_once(runs):
         duplicated = [i for i, c in Counter(i for s in shares.values() for i in s).items() if c > 1]
         message = shares_disjoint_and_covering(shares, N, world.world_size, label)
         if message and duplicated and not all(len(set(s)) == N for s in shares.values()):
-            message += (f"; the last {len(duplicated)} repeated samples look like DistributedSampler's padding, "
-                        "which repeats samples so that every rank gets the same number")
+            message += ("; repeats like these are DistributedSampler's padding, which reuses samples so that "
+                        "every rank gets the same number")
         if message:
             return message
 
