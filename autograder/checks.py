@@ -135,7 +135,8 @@ def every_rank_calls_the_same_collectives(runs: Runs) -> str | None:
     for world in runs:
         if world.world_size == 1:
             continue
-        stuck = [(r, _pending(r)) for r in world.ranks if r.exitcode is None and _pending(r)]
+        stuck = [(r, r.pending_collective()) for r in world.ranks
+                 if (r.exitcode is None or r.error) and r.pending_collective()]
         for r, event in stuck:
             others = [o.rank for o in world.ranks if o.rank != r.rank and _calls(o).count(event["op"]) < _calls(r).count(event["op"])]
             if others:
@@ -150,11 +151,6 @@ def every_rank_calls_the_same_collectives(runs: Runs) -> str | None:
 
 def _calls(rank) -> list[str]:
     return [e["op"] for e in rank.of("collective") if e.get("caller")]
-
-
-def _pending(rank) -> dict | None:
-    calls = [e for e in rank.events if e["kind"] in ("collective", "collective_done")]
-    return calls[-1] if calls and calls[-1]["kind"] == "collective" else None
 
 
 def shares_disjoint_and_covering(per_rank: dict[int, list[int]], n: int, world_size: int, label: str) -> str | None:

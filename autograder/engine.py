@@ -25,6 +25,9 @@ from autograder.source import UsageError
 
 NOT_STARTED = "not implemented yet"
 GRADER_DIR = Path(__file__).parent
+ABANDONED = ("A collective returns only once every rank has called it, so in a real job this rank would wait "
+             "forever (here the others' exit closed its connections). Call every collective on every rank, "
+             "and use its result only where you need it.")
 
 
 def gpu_count() -> int:
@@ -132,24 +135,16 @@ def describe_problem(worlds: list[WorldRun], student: Path) -> str:
         if r is None:
             continue
         head = world.summary()
-        if r.error:
-            body = tidy_traceback(r.error, student) + _abandoned_collective(world, r)
+        if r is world.abandoned():
+            body = ABANDONED
+        elif r.error:
+            body = tidy_traceback(r.error, student)
         elif r.exitcode is None:
             body = _hang_text(world, student)
         else:
             body = "Its last output:\n" + _tail(r.output)
         return f"{head}\n{body}"
     return ""
-
-
-def _abandoned_collective(world: WorldRun, r) -> str:
-    """A rank that lost its peers while inside a collective they never called."""
-    calls = [e for e in r.events if e["kind"] in ("collective", "collective_done")]
-    if not calls or calls[-1]["kind"] != "collective" or not any(o.ok for o in world.ranks):
-        return ""
-    return (f"\nRank {r.rank} was left alone in {calls[-1]['op']} ({calls[-1]['caller']}) after other ranks had "
-            "finished without calling it. In a real job it would wait forever; here the others' exit closed the "
-            "connection. Every rank must call every collective.")
 
 
 def _hang_text(world: WorldRun, student: Path) -> str:

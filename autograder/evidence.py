@@ -36,6 +36,11 @@ class RankRecord:
     def ok(self) -> bool:
         return self.exitcode == 0 and self.finished and self.error is None
 
+    def pending_collective(self) -> dict | None:
+        """The collective this rank entered and never left, if any."""
+        calls = [e for e in self.events if e["kind"] in ("collective", "collective_done")]
+        return calls[-1] if calls and calls[-1]["kind"] == "collective" else None
+
     def final_params(self) -> torch.Tensor | None:
         return self.snapshots[-1][1] if self.snapshots else None
 
@@ -59,6 +64,16 @@ class WorldRun:
     def complete(self) -> bool:
         return all(r.ok for r in self.ranks)
 
+    def abandoned(self) -> RankRecord | None:
+        """A rank that failed inside a collective after other ranks finished without calling it.
+
+        In a real job that rank would wait forever; here the others' exit closed its connections
+        and gloo raised instead. Either way it is a hang, and is reported as one.
+        """
+        if not any(r.ok for r in self.ranks):
+            return None
+        return next((r for r in self.ranks if r.error and r.pending_collective()), None)
+
     def failed_rank(self) -> RankRecord | None:
         """The rank to blame first: one that raised, else one that died, else one that hung."""
         for test in (lambda r: r.error, lambda r: r.exitcode not in (0, None), lambda r: r.exitcode is None):
@@ -72,6 +87,11 @@ class WorldRun:
         r = self.failed_rank()
         if r is None:
             return f"world size {self.world_size} completed"
+        if r is self.abandoned():
+            call = r.pending_collective()
+            gone = [o.rank for o in self.ranks if o.ok]
+            return (f"world size {self.world_size}: rank {r.rank} hung in {call['op']} ({call['caller']}), "
+                    f"which rank(s) {', '.join(map(str, gone))} finished without calling")
         if r.error:
             last = r.error.strip().splitlines()[-1]
             return f"world size {self.world_size}: rank {r.rank} raised {last}"
@@ -95,7 +115,9 @@ def load(launch: LaunchResult) -> WorldRun:
         else:
             rec.events = _read_events(launch.workdir / f"rank{exit.rank}.events")
         ranks.append(rec)
-    return WorldRun(launch.layout, ranks, launch.hung, launch.timed_out, launch.elapsed, launch.workdir)
+    world = WorldRun(launch.layout, ranks, launch.hung, launch.timed_out, launch.elapsed, launch.workdir)
+    world.hung = world.hung or world.abandoned() is not None
+    return world
 
 
 def _read_events(path: Path) -> list[dict]:

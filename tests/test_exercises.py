@@ -27,6 +27,7 @@ CAUGHT_BY = {
     ("2.3", "wrong_no_destroy"): "process group destroyed at the end",
     ("2.3", "wrong_shuffle_beside_sampler"): "the script runs to the end on every rank",
     ("2.3", "wrong_manual_sum_allreduce"): "equal to the single-process reference trained on the same global batches",
+    ("2.3", "wrong_barrier_on_rank0_only"): "every rank calls the same collectives (none inside `if rank == 0`)",
     ("2.4", "wrong_local_only"): "every rank returns the same accuracy",
     ("2.4", "wrong_mean_of_accuracies"): "accuracy equals the single-process accuracy",
     ("2.4", "wrong_sampler_padding"): "every sample scored exactly once across the ranks",
@@ -113,10 +114,14 @@ def test_a_crash_shows_the_failing_ranks_traceback_in_the_students_terms():
     assert "autograder" not in report.problem
 
 
-def test_a_collective_on_rank_0_only_is_explained():
-    report = graded("2.4", "wrong_reduce_on_rank0_only")
-    assert "every rank must call every collective" in report.problem.lower()
-    assert report.elapsed < 20
+@pytest.mark.parametrize("exercise_id,name", [("2.4", "wrong_reduce_on_rank0_only"),
+                                              ("2.3", "wrong_barrier_on_rank0_only")])
+def test_a_collective_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_id, name):
+    report = graded(exercise_id, name)
+    assert "rank 0 hung in" in report.problem and "call every collective on every rank" in report.problem.lower()
+    assert "exercise cell line" in report.problem
+    assert {c.status for c in report.checks} <= {"timeout", "failed", "skipped"}
+    assert report.elapsed < 15
 
 
 def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():

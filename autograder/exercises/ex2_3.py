@@ -7,7 +7,13 @@ from pathlib import Path
 
 import torch
 
-from autograder.checks import Check, matches_reference, params_identical_across_ranks, shares_disjoint_and_covering
+from autograder.checks import (
+    Check,
+    every_rank_calls_the_same_collectives,
+    matches_reference,
+    params_identical_across_ranks,
+    shares_disjoint_and_covering,
+)
 from autograder.exercises import Exercise
 from autograder.reference import ddp_training, flat
 from ddpcourse import TinyNet, make_model, toy_dataset
@@ -161,5 +167,8 @@ EXERCISE = Exercise(
         Check("the checkpoint holds the trained weights", 1, _checkpoint_is_trained,
               hint="save after the last epoch"),
         Check("process group destroyed at the end", 1, _destroyed, hint="dist.destroy_process_group() at the end"),
+        Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
+              every_rank_calls_the_same_collectives, needs="partial",
+              hint="a collective (barrier too) blocks until every rank calls it: keep it outside `if rank == 0`"),
     ],
 )
