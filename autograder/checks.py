@@ -85,6 +85,14 @@ def _could_not_judge(result, broken: WorldRun) -> CheckResult:
 # Verifications shared by several exercises ------------------------------------------------
 
 
+def each_rank(runs: Runs):
+    """(world, rank) for every rank of every launch, smallest world first."""
+    for world in runs:
+        for r in world.ranks:
+            yield world, r
+
+
+
 def params_identical_across_ranks(runs: Runs, atol: float = 1e-6) -> str | None:
     for world in runs:
         base = world.ranks[0].snapshots

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-import torch
 import torch.distributed as dist
 
-from autograder.checks import Check
+from autograder.checks import Check, each_rank
 from autograder.exercises import Exercise
 from autograder.launch import Layout
 
@@ -30,68 +29,63 @@ def harness(student, rank, layout, rec, **_):
     return seen
 
 
-def _expected(r) -> list[str]:
+def _expected(r, backend: str) -> list[str]:
+    # judged from the backend, never torch.cuda here: initialising CUDA in the grader breaks later forks
     env = r.result["env"]
-    device = "cuda:" + env["LOCAL_RANK"] if torch.cuda.is_available() else "cpu"
+    device = "cuda:" + env["LOCAL_RANK"] if backend == "nccl" else "cpu"
     return [env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], device]
 
 
 def _initialized(runs):
-    for world in runs:
-        for r in world.ranks:
-            if not r.result["initialized"]:
-                return f"world size {world.world_size}: rank {r.rank}: no process group after setup() returned"
+    for world, r in each_rank(runs):
+        if not r.result["initialized"]:
+            return f"world size {world.world_size}: rank {r.rank}: no process group after setup() returned"
 
 
 def _backend(runs):
     want = runs.backend
-    for world in runs:
-        for r in world.ranks:
-            called = r.first("init_process_group_called")
-            if called and called["requested_backend"] not in (want, "None"):
-                return (f"world size {world.world_size}: rank {r.rank} asked for backend "
-                        f"{called['requested_backend']!r} on a machine where {want!r} is the one that works")
+    for world, r in each_rank(runs):
+        called = r.first("init_process_group_called")
+        if called and called["requested_backend"] not in (want, "None"):
+            return (f"world size {world.world_size}: rank {r.rank} asked for backend "
+                    f"{called['requested_backend']!r} on a machine where {want!r} is the one that works")
 
 
 def _environment(runs):
     names = ("rank", "local rank", "world size")
-    for world in runs:
-        for r in world.ranks:
-            got = r.result["returned"]
-            if not isinstance(got, list) or len(got) != 4:
-                return f"setup() must return (rank, local_rank, world_size, device); it returned {got}"
-            for name, g, w in zip(names, got[:3], _expected(r)[:3]):
-                if g != w:
-                    return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} "
-                            f"returned {name} {g}, but the launcher set {w}")
+    for world, r in each_rank(runs):
+        got = r.result["returned"]
+        if not isinstance(got, list) or len(got) != 4:
+            return f"setup() must return (rank, local_rank, world_size, device); it returned {got}"
+        for name, g, w in zip(names, got[:3], _expected(r, runs.backend)[:3]):
+            if g != w:
+                return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} "
+                        f"returned {name} {g}, but the launcher set {w}")
 
 
 def _rendezvous(runs):
-    for world in runs:
-        for r in world.ranks:
-            called = r.first("init_process_group_called")
-            if called is None:
-                return f"world size {world.world_size}: rank {r.rank} never called init_process_group"
-            if called["init_method"] not in (None, "env://"):
-                return (f"rank {r.rank} passed init_method={called['init_method']!r}: a fixed address or port "
-                        "collides with other jobs; the launcher already set MASTER_ADDR and MASTER_PORT")
+    for world, r in each_rank(runs):
+        called = r.first("init_process_group_called")
+        if called is None:
+            return f"world size {world.world_size}: rank {r.rank} never called init_process_group"
+        if called["init_method"] not in (None, "env://"):
+            return (f"rank {r.rank} passed init_method={called['init_method']!r}: a fixed address or port "
+                    "collides with other jobs; the launcher already set MASTER_ADDR and MASTER_PORT")
 
 
 def _device(runs):
-    for world in runs:
-        for r in world.ranks:
-            got, want = r.result["returned"], _expected(r)
-            if isinstance(got, list) and len(got) == 4 and got[3] != want[3]:
-                return f"world size {world.world_size}: rank {r.rank} returned device {got[3]}, expected {want[3]}"
+    for world, r in each_rank(runs):
+        got, want = r.result["returned"], _expected(r, runs.backend)
+        if isinstance(got, list) and len(got) == 4 and got[3] != want[3]:
+            return f"world size {world.world_size}: rank {r.rank} returned device {got[3]}, expected {want[3]}"
 
 
 def _bound_to_local_rank(runs):
-    for world in runs:
-        for r in world.ranks:
-            bound = [e["device"] for e in r.of("cuda_set_device")]
-            want = "cuda:" + r.result["env"]["LOCAL_RANK"]
-            if bound != [want]:
-                return f"world size {world.world_size}: rank {r.rank} called set_device with {bound or 'nothing'}, expected {want}"
+    for world, r in each_rank(runs):
+        bound = [e["device"] for e in r.of("cuda_set_device")]
+        want = "cuda:" + r.result["env"]["LOCAL_RANK"]
+        if bound != [want]:
+            return f"world size {world.world_size}: rank {r.rank} called set_device with {bound or 'nothing'}, expected {want}"
 
 
 EXERCISE = Exercise(

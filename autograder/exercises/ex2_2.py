@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-from autograder.checks import Check, shares_disjoint_and_covering
+from autograder.checks import Check, each_rank, shares_disjoint_and_covering
 from autograder.exercises import Exercise
 from autograder.rig import join_group, row_index
 from ddpcourse import toy_dataset
@@ -33,10 +33,9 @@ def harness(student, rank, layout, rec, seed, **_):
 
 
 def _uses_distributed_sampler(runs):
-    for world in runs:
-        for r in world.ranks:
-            if not r.result["distributed"]:
-                return f"rank {r.rank}: the loader's sampler is a {r.result['sampler']}, not a DistributedSampler"
+    for world, r in each_rank(runs):
+        if not r.result["distributed"]:
+            return f"rank {r.rank}: the loader's sampler is a {r.result['sampler']}, not a DistributedSampler"
 
 
 def _disjoint_and_covering(runs):
@@ -59,20 +58,18 @@ def _order_changes(runs):
 
 
 def _no_shuffle_beside_sampler(runs):
-    for world in runs:
-        for r in world.ranks:
-            for loader in r.of("dataloader"):
-                if loader.get("shuffle") and loader.get("sampler"):
-                    return (f"rank {r.rank}: DataLoader(shuffle=True, sampler=...) at {loader['caller']}; "
-                            "the two are mutually exclusive (PyTorch raises ValueError)")
+    for world, r in each_rank(runs):
+        for loader in r.of("dataloader"):
+            if loader.get("shuffle") and loader.get("sampler"):
+                return (f"rank {r.rank}: DataLoader(shuffle=True, sampler=...) at {loader['caller']}; "
+                        "the two are mutually exclusive (PyTorch raises ValueError)")
 
 
 def _batch_size(runs):
-    for world in runs:
-        for r in world.ranks:
-            sizes = r.result["epochs"][0]["batch_sizes"]
-            if sizes and max(sizes) != BATCH:
-                return f"world size {world.world_size}: rank {r.rank}'s batches hold {max(sizes)} samples, asked for {BATCH}"
+    for world, r in each_rank(runs):
+        sizes = r.result["epochs"][0]["batch_sizes"]
+        if sizes and max(sizes) != BATCH:
+            return f"world size {world.world_size}: rank {r.rank}'s batches hold {max(sizes)} samples, asked for {BATCH}"
 
 
 EXERCISE = Exercise(

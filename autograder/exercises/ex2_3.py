@@ -9,6 +9,7 @@ import torch
 
 from autograder.checks import (
     Check,
+    each_rank,
     every_rank_calls_the_same_collectives,
     matches_reference,
     params_identical_across_ranks,
@@ -31,30 +32,27 @@ def _runs_to_the_end(runs):
 
 
 def _backend(runs):
-    for world in runs:
-        for r in world.ranks:
-            init = r.first("init_process_group")
-            if init is None:
-                return f"world size {world.world_size}: rank {r.rank} never initialised a process group"
-            if init["backend"] != runs.backend or init["world_size"] != world.world_size:
-                return (f"world size {world.world_size}: rank {r.rank} joined a {init['backend']} group of "
-                        f"{init['world_size']} process(es)")
+    for world, r in each_rank(runs):
+        init = r.first("init_process_group")
+        if init is None:
+            return f"world size {world.world_size}: rank {r.rank} never initialised a process group"
+        if init["backend"] != runs.backend or init["world_size"] != world.world_size:
+            return (f"world size {world.world_size}: rank {r.rank} joined a {init['backend']} group of "
+                    f"{init['world_size']} process(es)")
 
 
 def _wrapped_in_ddp(runs):
-    for world in runs:
-        for r in world.ranks:
-            if not r.of("ddp"):
-                return f"world size {world.world_size}: rank {r.rank} never wrapped its model in DistributedDataParallel"
+    for world, r in each_rank(runs):
+        if not r.of("ddp"):
+            return f"world size {world.world_size}: rank {r.rank} never wrapped its model in DistributedDataParallel"
 
 
 def _ddp_device_ids(runs):
-    for world in runs:
-        for r in world.ranks:
-            ddp = r.first("ddp")
-            want = [f"cuda:{world.layout.local_rank(r.rank)}"]
-            if ddp and [d if d.startswith("cuda") else f"cuda:{d}" for d in ddp["device_ids"] or []] != want:
-                return f"rank {r.rank}: DDP(device_ids={ddp['device_ids']}), expected {want}"
+    for world, r in each_rank(runs):
+        ddp = r.first("ddp")
+        want = [f"cuda:{world.layout.local_rank(r.rank)}"]
+        if ddp and [d if d.startswith("cuda") else f"cuda:{d}" for d in ddp["device_ids"] or []] != want:
+            return f"rank {r.rank}: DDP(device_ids={ddp['device_ids']}), expected {want}"
 
 
 def _samples(runs):
@@ -71,14 +69,13 @@ def _samples(runs):
 
 
 def _set_epoch_every_epoch(runs):
-    for world in runs:
-        for r in world.ranks:
-            epochs = [e["epoch"] for e in r.of("sampler_iter")]
-            if len(epochs) != EPOCHS:
-                return f"world size {world.world_size}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
-            if epochs != list(range(EPOCHS)):
-                return (f"world size {world.world_size}: rank {r.rank}'s sampler ran with epochs {epochs}: "
-                        "without set_epoch every epoch repeats the same order")
+    for world, r in each_rank(runs):
+        epochs = [e["epoch"] for e in r.of("sampler_iter")]
+        if len(epochs) != EPOCHS:
+            return f"world size {world.world_size}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
+        if epochs != list(range(EPOCHS)):
+            return (f"world size {world.world_size}: rank {r.rank}'s sampler ran with epochs {epochs}: "
+                    "without set_epoch every epoch repeats the same order")
 
 
 def _one_writer(runs):
@@ -131,10 +128,9 @@ def _checkpoint_is_trained(runs):
 
 
 def _destroyed(runs):
-    for world in runs:
-        for r in world.ranks:
-            if not r.of("destroy_process_group"):
-                return f"world size {world.world_size}: rank {r.rank} never called destroy_process_group()"
+    for world, r in each_rank(runs):
+        if not r.of("destroy_process_group"):
+            return f"world size {world.world_size}: rank {r.rank} never called destroy_process_group()"
 
 
 EXERCISE = Exercise(

@@ -8,7 +8,7 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
-from autograder.checks import Check, every_rank_calls_the_same_collectives, shares_disjoint_and_covering
+from autograder.checks import Check, each_rank, every_rank_calls_the_same_collectives, shares_disjoint_and_covering
 from autograder.exercises import Exercise
 from autograder.reference import accuracy
 from autograder.rig import device_for, join_group, row_index
@@ -39,10 +39,9 @@ def harness(student, rank, layout, rec, seed, **_):
 
 
 def _returns_a_number(runs):
-    for world in runs:
-        for r in world.ranks:
-            if not isinstance(r.result, numbers.Real):
-                return f"world size {world.world_size}: rank {r.rank} returned {r.result}, not a number"
+    for world, r in each_rank(runs):
+        if not isinstance(r.result, numbers.Real):
+            return f"world size {world.world_size}: rank {r.rank} returned {r.result}, not a number"
 
 
 def _same_on_every_rank(runs):

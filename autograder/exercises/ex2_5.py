@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from autograder.checks import Check, matches_reference, params_identical_across_ranks
+from autograder.checks import Check, each_rank, matches_reference, params_identical_across_ranks
 from autograder.exercises import Exercise
 from autograder.reference import accumulated_training, flat
 from autograder.rig import device_for, join_group
@@ -38,12 +38,11 @@ def harness(student, rank, layout, rec, seed, **_):
 
 
 def _one_step_per_window(runs):
-    for world in runs:
-        for r in world.ranks:
-            steps = len(r.of("optimizer_step"))
-            if steps != WINDOWS:
-                return (f"world size {world.world_size}: rank {r.rank} stepped the optimizer {steps} times for "
-                        f"{STEPS} micro-batches in windows of {ACCUM}; expected {WINDOWS}")
+    for world, r in each_rank(runs):
+        steps = len(r.of("optimizer_step"))
+        if steps != WINDOWS:
+            return (f"world size {world.world_size}: rank {r.rank} stepped the optimizer {steps} times for "
+                    f"{STEPS} micro-batches in windows of {ACCUM}; expected {WINDOWS}")
 
 
 def _communicates_once_per_window(runs):

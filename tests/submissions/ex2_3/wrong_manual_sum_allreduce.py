@@ -1,5 +1,4 @@
 # No DDP: gradients synchronised by hand, summed but never divided by the world size.
-import os
 
 import torch
 import torch.distributed as dist
