@@ -38,6 +38,7 @@ def test_ranks_get_torchruns_environment_and_their_own_rendezvous(tmp_path, no_l
 
 def _rank0_waits_forever(rank, layout):
     dist.init_process_group("gloo")
+    dist.barrier()  # all connected, so that the others' exit cannot break rank 0's start
     if rank == 0:
         time.sleep(600)  # stands for a collective the other ranks never call
     dist.destroy_process_group()

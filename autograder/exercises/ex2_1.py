@@ -25,6 +25,7 @@ def harness(student, rank, layout, rec, **_):
         "backend": dist.get_backend() if dist.is_initialized() else None,
     }
     if dist.is_initialized():
+        dist.barrier()  # leave together: see rig.join_group
         dist.destroy_process_group()
     return seen
 

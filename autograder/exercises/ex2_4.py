@@ -23,8 +23,8 @@ def params(seed: int) -> dict:
 
 
 def harness(student, rank, layout, rec, seed, **_):
+    device = device_for(layout, rank)  # before the group: nccl binds to the current device
     join_group()
-    device = device_for(layout, rank)
     dataset = toy_dataset(n=N, seed=seed)
     model = make_model(seed + 1).to(device)
     index = row_index(dataset.tensors[0])

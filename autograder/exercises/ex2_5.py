@@ -28,8 +28,8 @@ def reference(seed: int, world_size: int) -> torch.Tensor:
 
 
 def harness(student, rank, layout, rec, seed, **_):
+    device = device_for(layout, rank)  # before the group: nccl binds to the current device
     join_group()
-    device = device_for(layout, rank)
     model = DDP(make_model(seed).to(device), device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     batches = [(x.to(device), y.to(device)) for x, y in micro_batches(seed, layout.world_size, rank)]
