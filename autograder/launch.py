@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -76,7 +76,6 @@ class LaunchResult:
     elapsed: float
     hung: bool = False  # some ranks finished and the rest did not follow
     timed_out: bool = False  # the wall-clock limit passed
-    notes: list[str] = field(default_factory=list)
 
     @property
     def world_size(self) -> int:
