@@ -4,25 +4,31 @@ A check's ``verify(runs)`` returns ``None`` when what it verifies holds, or a me
 saying what was seen (and on which rank) when it does not; it raises ``Skip`` when it
 cannot mean anything on this machine. ``needs`` says what evidence the check must have:
 
-- "complete": every launch ran to the end on every rank; otherwise the check reports
-  why it could not be judged (the crash or the hang), as an error or a timeout;
+- "complete": judged on the launches that ran to the end on every rank. When a launch did
+  not, the check keeps its points if it holds on every launch that did and one of those had
+  several ranks (the crash itself is charged by the exercise's "runs to the end" check);
+  otherwise it reports why it could not be judged, as an error or a timeout;
 - "partial": the check may *fail* on what was seen before a crash or a hang (a rank that
   called a collective the others never called), but can only *pass* on complete runs.
+
+Before any check, two gates (``judge_all``): a submission that replaced the grader's
+instrumentation scores nothing, and so does one that did none of the exercise's work
+(``Exercise.work`` says what that work leaves behind): doing nothing must not earn the
+points of checks that only look for mistakes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
 from autograder.evidence import WorldRun
-from autograder.report import CheckResult
+from autograder.report import SKIPPED_ON_CPU, CheckResult
 
 
-SKIPPED_ON_CPU = "only meaningful with one GPU per rank (nccl); this run used gloo on CPUs"
 
 
 class Skip(Exception):
@@ -47,6 +53,9 @@ class Runs:
     def first_incomplete(self) -> WorldRun | None:
         return next((w for w in self.worlds if not w.complete), None)
 
+    def completed(self) -> "Runs":
+        return replace(self, worlds=[w for w in self.worlds if w.complete])
+
 
 @dataclass
 class Check:
@@ -57,32 +66,66 @@ class Check:
     needs: str = "complete"
     gpu_only: bool = False
 
+    def result(self, status: str, message: str = "") -> CheckResult:
+        return CheckResult(self.name, status, self.points if status == "passed" else 0, self.points, message)
+
     def judge(self, runs: Runs) -> CheckResult:
-        def result(status: str, message: str = "") -> CheckResult:
-            return CheckResult(self.name, status, self.points if status == "passed" else 0, self.points, message)
-
         if self.gpu_only and runs.backend != "nccl":
-            return result("skipped", SKIPPED_ON_CPU)
+            return self.result("skipped", SKIPPED_ON_CPU)
         broken = runs.first_incomplete()
-        if broken is not None and self.needs == "complete":
-            return _could_not_judge(result, broken)
+        if broken is not None and self.needs == "complete" and not _enough(runs.completed(), runs):
+            return _could_not_judge(self, broken)
+        judged = runs if self.needs == "partial" or broken is None else runs.completed()
         try:
-            message = self.verify(runs)
+            message = self.verify(judged)
         except Skip as skip:
-            return result("skipped", str(skip))
+            return self.result("skipped", str(skip))
+        except Exception as exc:  # the evidence came from the submission: malformed is a failure, not a crash
+            return self.result("failed", f"what the ranks recorded for this check is malformed ({type(exc).__name__})")
         if message:
-            return result("failed", message + (f"\nHint: {self.hint}" if self.hint else ""))
-        if broken is not None:
-            return _could_not_judge(result, broken)
-        return result("passed")
+            return self.result("failed", message + (f"\nHint: {self.hint}" if self.hint else ""))
+        if broken is not None and self.needs == "partial" and not _enough(runs.completed(), runs):
+            return _could_not_judge(self, broken)
+        return self.result("passed")
 
 
-def _could_not_judge(result, broken: WorldRun) -> CheckResult:
+def _enough(completed: Runs, runs: Runs) -> bool:
+    """Complete launches that can show a distributed mistake: one with several ranks, if any was asked for."""
+    if not completed.worlds:
+        return False
+    return any(w.world_size > 1 for w in completed) or all(w.world_size == 1 for w in runs)
+
+
+def _could_not_judge(check: Check, broken: WorldRun) -> CheckResult:
     status = "timeout" if broken.hung or broken.timed_out else "error"
-    return result(status, f"not judged: world size {broken.world_size} did not complete (see above)")
+    return check.result(status, f"not judged: world size {broken.world_size} did not complete (see above)")
+
+
+def judge_all(exercise, runs: Runs) -> list[CheckResult]:
+    tampered = sorted({f"rank {r.rank}: {t}" for w in runs for r in w.ranks for t in r.tampered})
+    if tampered:
+        return exercise.same_result("failed", "the submission replaced the grader's instrumentation "
+                                     f"({'; '.join(tampered[:3])}): nothing can be judged", runs.backend)
+    done = runs.completed()  # a launch that crashed is told as a crash, not as work not done
+    idle = exercise.work(done) if exercise.work and done.worlds else None
+    if idle:
+        return exercise.same_result("failed", f"nothing to grade: {idle}", runs.backend)
+    return [check.judge(runs) for check in exercise.checks]
 
 
 # Verifications shared by several exercises ------------------------------------------------
+
+
+def runs_to_the_end(name: str, points: float) -> Check:
+    """Every launch completed on every rank: the one check that a crash or a hang costs by itself."""
+    from autograder.diagnosis import summary
+
+    def verify(runs):
+        broken = runs.first_incomplete()
+        return f"{summary(broken)} (see above)" if broken is not None else None
+
+    return Check(name, points, verify, needs="partial",
+                 hint="read the first failure above: the rank named first failed on its own, the others because it was gone")
 
 
 def each_rank(runs: Runs):

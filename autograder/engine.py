@@ -1,37 +1,39 @@
 """Grade one exercise: launch the student's code at each world size, then judge the checks.
 
 This is the one engine behind every front end (command line, notebook, pytest, nbgrader).
+The submission runs in a rank host (launch.py, host.py), inside the sandbox (sandbox.py)
+when the machine has one; this process only reads what the ranks left as plain data
+(evidence.py), computes the values the checks compare with, and judges.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-import torch
-
-from autograder import exercises, rank, source
-from autograder.checks import SKIPPED_ON_CPU, Runs
-from autograder.evidence import WorldRun, load
-from autograder.launch import Layout, launch
-from autograder.report import CheckResult, Report
+from autograder import exercises, sandbox, source
+from autograder.launch import HostFailed, Layout, RankHost
+from autograder.report import Report
 from autograder.source import UsageError
 
+# The checks, the evidence and the references import torch: only once the rank host is on its way.
+
 NOT_STARTED = "not implemented yet"
-GRADER_DIR = Path(__file__).parent
-ABANDONED = ("A collective returns only once every rank has called it, so in a real job this rank would wait "
-             "forever (here the others' exit closed its connections). Call every collective on every rank, "
-             "and use its result only where you need it.")
+_EXPORTS_PER_WORLD = 4  # checkpoints read back per launch at most
+
+
+class SandboxRequired(UsageError):
+    """The caller asked for the sandbox and this machine cannot run it."""
 
 
 def gpu_count() -> int:
-    """GPUs visible, counted through NVML so that CUDA is not initialised before ranks fork."""
+    """GPUs visible, counted through NVML so that CUDA is not initialised in the grader."""
+    import torch
+
     count = torch.cuda._device_count_nvml() if torch.backends.cuda.is_built() else 0
     return max(count, 0)
 
@@ -49,6 +51,38 @@ def choose_backend(world_sizes: list[int], requested: str | None = None) -> str:
     return "nccl" if gpu_count() >= max(world_sizes) else "gloo"
 
 
+def sandbox_mode(requested: str | None = None) -> str:
+    """"auto" (use it where it runs), "required" (refuse to grade without it) or "off".
+
+    Order of precedence: the argument, then AUTOGRADER_SANDBOX.
+    """
+    mode = (requested or os.environ.get("AUTOGRADER_SANDBOX") or "auto").lower()
+    mode = {"1": "required", "on": "required", "0": "off", "no": "off"}.get(mode, mode)
+    if mode not in ("auto", "required", "off"):
+        raise UsageError(f"unknown sandbox setting {mode!r}: use auto, required or off")
+    return mode
+
+
+def start_host(root: Path, mode: str, hide: list[Path]) -> tuple[RankHost, str]:
+    """A rank host for ``root``, sandboxed where possible, and what the report says of the sandbox."""
+    box, why = (None, "turned off") if mode == "off" else sandbox.probe()
+    if box is None and mode == "required":
+        raise SandboxRequired(f"the sandbox is required but cannot run here: {why}")
+    if box is not None:
+        host = RankHost(root, sandbox=box, hide=hide)
+        try:
+            host.started()
+            return host, "bubblewrap"
+        except HostFailed as exc:
+            host.close()
+            why = f"bubblewrap could not start here: {str(exc).splitlines()[-1][:200]}"
+            if mode == "required":
+                raise SandboxRequired(f"the sandbox is required but cannot run here: {why}") from None
+    host = RankHost(root, hide=hide)
+    host.started()
+    return host, f"off ({why})"
+
+
 def grade(
     exercise_id: str,
     path: str | Path,
@@ -57,133 +91,122 @@ def grade(
     seed: int = 0,
     timeout: float | None = None,
     backend: str | None = None,
+    sandbox_setting: str | None = None,
+    host: RankHost | None = None,
+    sandbox_note: str = "",
     progress: Callable[[str], None] = lambda line: None,
 ) -> Report:
-    exercise = exercises.get(exercise_id)
-    if exercise is None:
+    """Grade the exercise in ``path``. With ``host`` (a warm one, kept by the caller) no new host starts."""
+    if exercise_id not in exercises.ids():
         raise UsageError(f"unknown exercise {exercise_id!r}; `python -m autograder list` shows the exercises")
-    sizes = sorted(set(world_sizes or exercise.world_sizes))
-    if not sizes or min(sizes) < 1:
+    if world_sizes is not None and (not world_sizes or min(world_sizes) < 1):
         raise UsageError("world sizes must be positive integers, e.g. --world-sizes 1,2,3")
-    chosen = choose_backend(sizes, backend)
+    code = source.read_exercise(Path(path), exercise_id)
+    mode = sandbox_mode(sandbox_setting)
     start = time.monotonic()
-    torch.set_num_threads(1)  # ranks are forked from here; keep OpenMP out of the parent
-    workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
+    own_host = host is None
+    root = Path(tempfile.mkdtemp(prefix="autograder-")) if own_host else Path(tempfile.mkdtemp(dir=host.root))
     try:
-        student = source.extract(Path(path), exercise.id, workdir)
-        report = _grade(exercise, student, sizes, chosen, seed, timeout or exercise.timeout, workdir, progress)
+        if own_host:  # it imports torch while this process does the same
+            host, sandbox_note = start_host(root, mode, _hidden(Path(path)))
+        exercise = exercises.get(exercise_id)  # imports torch
+        sizes = sorted(set(world_sizes or exercise.world_sizes))
+        host.send(op="prepare", imports=list(exercise.warm_imports))
+        host.prepared = False
+        student = source.write_module(code, root)
+        problem = source.compile_problem(student, exercise.entry)
+        if problem:
+            report = Report(exercise.id, exercise.title, "gloo", sizes,
+                            exercise.same_result("error", "not judged: the code does not run (see above)", "gloo"), problem)
+        else:
+            chosen = choose_backend(sizes, backend)
+            report = _grade(exercise, host, student, root, sizes, chosen, seed, timeout or exercise.timeout, progress)
+        report.sandbox = sandbox_note
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if own_host and host is not None:
+            host.close()
+        _remove(root)
     report.elapsed = time.monotonic() - start
     return report
 
 
-def _grade(exercise, student: Path, sizes, backend, seed, timeout, workdir, progress) -> Report:
+def _hidden(path: Path) -> list[Path]:
+    """Directories the ranks must not see: where the student works, and the course itself."""
+    course = Path(__file__).resolve().parent.parent
+    return [Path.cwd(), path.resolve().parent, course]
+
+
+def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, seed, timeout, progress) -> Report:
+    from autograder.checks import Runs, judge_all
+    from autograder.diagnosis import describe_problem
+    from autograder.evidence import load
+
     def report(checks, problem="", not_started=False):
         return Report(exercise.id, exercise.title, backend, sizes, checks, problem, 0.0, not_started)
 
-    problem = source.compile_problem(student, exercise.entry)
-    if problem:
-        return report(_all_failed(exercise, "error", "not judged: the code does not run (see above)", backend), problem)
-    for name in exercise.warm_imports:
-        importlib.import_module(name)
-    params = dict(exercise.params(seed), backend=backend)
-    target = (
-        rank.script_target(student)
-        if exercise.kind == "script"
-        else rank.function_target(student, exercise.harness, params)
-    )
-    worlds: list[WorldRun] = []
+    target = ({"kind": "script", "student": str(student)} if exercise.kind == "script" else
+              {"kind": "function", "student": str(student), "exercise": exercise.id, "params": exercise.params(seed)})
+    worlds = []
     for size in sizes:
         progress(f"exercise {exercise.id}: world size {size} ...")
-        result = launch(target, (exercise.layout or Layout)(size), workdir / f"world{size}", use_gpus=backend == "nccl",
-                        timeout=timeout)
+        layout = (exercise.layout or Layout)(size)
+        try:
+            result = host.launch(target, layout, root / f"world{size}", backend=backend, timeout=timeout,
+                                 quiet=exercise.quiet)
+        except HostFailed as exc:
+            return report(exercise.same_result("error", "not judged: the grader lost the ranks", backend),
+                          f"The rank host failed: {exc}")
         world = load(result)
+        _export_checkpoints(host, world)
         worlds.append(world)
         progress(f"exercise {exercise.id}: world size {size} {'done' if world.complete else 'FAILED'} "
                  f"in {world.elapsed:.1f} s")
         if _not_started(world):
-            return report(_all_failed(exercise, "failed", NOT_STARTED, backend), _not_started_text(exercise), True)
-        if not world.complete:
-            break  # larger launches would fail the same way, only slower
-    runs = Runs(worlds, backend, params)
-    return report([check.judge(runs) for check in exercise.checks], describe_problem(worlds, student))
+            return report(exercise.same_result("failed", NOT_STARTED, backend), _not_started_text(exercise), True)
+        if world.timed_out:
+            break  # larger launches would only wait as long again
+    runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)})
+    return report(judge_all(exercise, runs), describe_problem(worlds, student))
 
 
-def _all_failed(exercise, status: str, message: str, backend: str) -> list[CheckResult]:
-    return [
-        CheckResult(c.name, "skipped", 0, c.points, SKIPPED_ON_CPU)
-        if c.gpu_only and backend != "nccl"
-        else CheckResult(c.name, status, 0, c.points, message)
-        for c in exercise.checks
-    ]
+def _export_checkpoints(host: RankHost, world):
+    """Every file a rank saved with torch.save, read back by the host as plain arrays."""
+    paths = list(dict.fromkeys(e["path"] for r in world.ranks for e in r.of("save") if isinstance(e.get("path"), str)))
+    from autograder import files
+
+    folder = files.Folder(world.workdir)
+    try:
+        for k, path in enumerate(paths[:_EXPORTS_PER_WORLD]):
+            try:
+                info = host.export(path, world.workdir / f"export{k}.npz")
+            except HostFailed:
+                break
+            if info.get("type") == "dict":
+                arrays = folder.read_array(f"export{k}.npz") or {}
+                names = info.get("tensors") if isinstance(info.get("tensors"), list) else []
+                info["arrays"] = {str(n): arrays[f"a{i}"] for i, n in enumerate(names) if f"a{i}" in arrays}
+            world.exports[path] = info
+    finally:
+        folder.close()
 
 
-def _not_started(world: WorldRun) -> bool:
+def _not_started(world) -> bool:
     return any(r.error_type == "NotImplementedError" for r in world.ranks)
 
 
 def _not_started_text(exercise) -> str:
     return (f"Exercise {exercise.id} is not implemented yet: replace `raise NotImplementedError()` "
-            "in the exercise cell with your code, run that cell, then run the check again.")
+            "in the exercise cell with your code, then check it again.")
 
 
-def describe_problem(worlds: list[WorldRun], student: Path) -> str:
-    """The first crash or hang, told from the student's side: their frames first."""
-    for world in worlds:
-        r = world.failed_rank()
-        if r is None:
-            continue
-        head = world.summary()
-        if r is world.abandoned():
-            body = ABANDONED
-        elif r.error:
-            body = tidy_traceback(r.error, student)
-        elif r.exitcode is None:
-            body = _hang_text(world, student)
-        else:
-            body = "Its last output:\n" + _tail(r.output)
-        return f"{head}\n{body}"
-    return ""
+def _remove(root: Path):
+    """The work directory, whatever the ranks did to its permissions."""
+    def unlock(function, path, _):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+        except OSError:
+            pass
 
-
-def _hang_text(world: WorldRun, student: Path) -> str:
-    parts = []
-    for r in world.ranks:
-        if r.exitcode is None:
-            stack = tidy_stack(r.stack, student)
-            parts.append(f"rank {r.rank} was waiting here:\n{stack}" if stack else f"rank {r.rank} gave no stack")
-        else:
-            parts.append(f"rank {r.rank} had finished (exit code {r.exitcode})")
-    return "\n".join(parts)
-
-
-def tidy_traceback(text: str, student: Path) -> str:
-    """Drop the grader's own frames; name the student's file 'exercise cell'."""
-    lines = text.rstrip().splitlines()
-    marker = f'File "{student}"'
-    first = next((i for i, line in enumerate(lines) if marker in line), None)
-    if first is not None:
-        lines = ["Traceback (most recent call last):"] + lines[first:]
-    kept, skipping = [], False
-    for line in lines:
-        if line.startswith("  File "):
-            skipping = f"{GRADER_DIR}" in line
-        elif not line.startswith("    "):
-            skipping = False
-        if not skipping:
-            kept.append(line)
-    return "\n".join(kept).replace(f'"{student}"', '"exercise cell"')
-
-
-def tidy_stack(text: str, student: Path) -> str:
-    """From a faulthandler dump, the main thread's frames in the student's code, innermost first."""
-    threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text.strip())
-    main = next((t for t in threads if t.startswith("Current thread")), threads[0] if threads else "")
-    frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File")]
-    own = [f.replace(f'"{student}"', '"exercise cell"') for f in frames if str(student) in f]
-    return "\n".join("  " + f for f in (own or frames[:3]))
-
-
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    shutil.rmtree(root, onerror=unlock)

@@ -1,15 +1,26 @@
-"""What the grader knows after a launch: each rank's exit, output and recorded trace."""
+"""What the grader knows after a launch: each rank's exit, output and recorded trace.
+
+All of it was written by the submission, so it is read as capped plain data (files.py) and
+checked for shape here: a malformed trace makes the rank count as one that did not finish,
+never a crash of the grader.
+"""
 
 from __future__ import annotations
 
-import json
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from autograder.launch import LaunchResult, Layout
+from autograder import files
+from autograder.launch import LaunchResult, Layout, Stall
+
+# Errors a rank raises because a peer is gone, not because of its own code.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "recvBytes", "sendBytes",
+              "Socket Timeout", "Connection refused", "DistStoreError", "Timed out", "timed out")
 
 
 @dataclass
@@ -24,9 +35,11 @@ class RankRecord:
     error: str | None = None
     error_type: str | None = None
     finished: bool = False  # the rank saved its trace: it got to the end, with or without an error
+    tampered: list[str] = field(default_factory=list)  # instrumentation the submission replaced
+    order: int | None = None  # position among the ranks that ended
 
     def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["kind"] == kind]
+        return [e for e in self.events if e.get("kind") == kind]
 
     def first(self, kind: str) -> dict | None:
         found = self.of(kind)
@@ -38,11 +51,34 @@ class RankRecord:
 
     def pending_collective(self) -> dict | None:
         """The collective this rank entered and never left, if any."""
-        calls = [e for e in self.events if e["kind"] in ("collective", "collective_done")]
+        calls = [e for e in self.events if e.get("kind") in ("collective", "collective_done")]
         return calls[-1] if calls and calls[-1]["kind"] == "collective" else None
+
+    def pending_call(self) -> dict | None:
+        """The blocking call (group, collective, message, spawn) this rank entered and never left."""
+        calls = [e for e in self.events if e.get("kind") in ("enter", "leave")]
+        return calls[-1] if calls and calls[-1]["kind"] == "enter" else None
 
     def final_params(self) -> torch.Tensor | None:
         return self.snapshots[-1][1] if self.snapshots else None
+
+    @property
+    def peer_gone(self) -> bool:
+        """It failed because another rank was gone (a victim), as far as its error says."""
+        return bool(self.error) and any(marker in self.error for marker in _PEER_GONE)
+
+    def how_it_ended(self) -> str:
+        if self.error:
+            return f"raised {self.error.strip().splitlines()[-1][:300]}"
+        if self.exitcode is None:
+            return "was stopped by the grader"
+        if self.exitcode < 0:
+            return f"was killed by {_signal_name(-self.exitcode)}"
+        if self.exitcode == 0 and not self.finished:
+            return "exited with code 0 before its code returned (os._exit, or its trace was removed)"
+        if not self.finished:
+            return f"exited with code {self.exitcode} before its code returned (sys.exit or os._exit)"
+        return f"exited with code {self.exitcode}"
 
 
 @dataclass
@@ -51,81 +87,83 @@ class WorldRun:
 
     layout: Layout
     ranks: list[RankRecord]
-    hung: bool
+    stall: Stall | None
     timed_out: bool
     elapsed: float
     workdir: Path
+    timeout: float = 0.0
+    host_failure: str = ""
+    exports: dict[str, dict] = field(default_factory=dict)  # path a rank saved to -> what it held
 
     @property
     def world_size(self) -> int:
         return self.layout.world_size
 
     @property
+    def hung(self) -> bool:
+        return self.stall is not None or self.abandoned() is not None
+
+    @property
     def complete(self) -> bool:
-        return all(r.ok for r in self.ranks)
+        return not self.host_failure and all(r.ok for r in self.ranks)
 
     def abandoned(self) -> RankRecord | None:
         """A rank that failed inside a collective after other ranks finished without calling it.
 
-        In a real job that rank would wait forever; here the others' exit closed its connections
-        and gloo raised instead. Either way it is a hang, and is reported as one.
+        In a real job that rank would wait until the group's timeout; here the others' exit closed
+        its connections and gloo raised instead. Either way it is a hang, and is reported as one.
         """
         if not any(r.ok for r in self.ranks):
             return None
         return next((r for r in self.ranks if r.error and r.pending_collective()), None)
 
-    def failed_rank(self) -> RankRecord | None:
-        """The rank to blame first: one that raised, else one that died, else one that hung."""
-        for test in (lambda r: r.error, lambda r: r.exitcode not in (0, None), lambda r: r.exitcode is None):
-            for r in self.ranks:
-                if test(r):
-                    return r
-        return None
+    def culprit(self) -> RankRecord | None:
+        """The rank whose own failure came first; ranks that failed because it was gone are victims."""
+        failed = [r for r in self.ranks if not r.ok and r.exitcode is not None]
+        failed.sort(key=lambda r: (r.order is None, r.order if r.order is not None else 0))
+        own = [r for r in failed if not r.peer_gone]
+        return (own or failed or [None])[0]
 
-    def summary(self) -> str:
-        """One line saying why this run did not complete."""
-        r = self.failed_rank()
-        if r is None:
-            return f"world size {self.world_size} completed"
-        if r is self.abandoned():
-            call = r.pending_collective()
-            gone = [o.rank for o in self.ranks if o.ok]
-            return (f"world size {self.world_size}: rank {r.rank} hung in {call['op']} ({call['caller']}), "
-                    f"which rank(s) {', '.join(map(str, gone))} finished without calling")
-        if r.error:
-            last = r.error.strip().splitlines()[-1]
-            return f"world size {self.world_size}: rank {r.rank} raised {last}"
-        if r.exitcode is None:
-            what = "was still running at the time limit" if self.timed_out else "hung after the others finished"
-            return f"world size {self.world_size}: rank {r.rank} {what}"
-        if not r.finished:
-            return f"world size {self.world_size}: rank {r.rank} exited with code {r.exitcode} before the end"
-        return f"world size {self.world_size}: rank {r.rank} exited with code {r.exitcode}"
+    def victims(self) -> list[RankRecord]:
+        first = self.culprit()
+        return [r for r in self.ranks if r is not first and not r.ok and r.exitcode is not None]
 
 
 def load(launch: LaunchResult) -> WorldRun:
-    ranks = []
-    for exit in launch.ranks:
-        rec = RankRecord(exit.rank, exit.exitcode, exit.output, exit.stack)
-        trace = launch.workdir / f"rank{exit.rank}.trace"
-        if trace.exists():
-            data = torch.load(trace, weights_only=False)
-            rec.events, rec.snapshots, rec.result = data["events"], data["snapshots"], data["result"]
-            rec.error, rec.error_type, rec.finished = data["error"], data["error_type"], True
+    folder = files.Folder(launch.workdir)
+    try:
+        ranks = [_rank(folder, launch, exit) for exit in launch.ranks]
+    finally:
+        folder.close()
+    return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
+                    launch.timeout, launch.host_failure)
+
+
+def _rank(folder: files.Folder, launch: LaunchResult, exit) -> RankRecord:
+    rec = RankRecord(exit.rank, exit.exitcode, exit.output, exit.stack, order=exit.order)
+    rec.events = launch.events.get(exit.rank, [])
+    data = folder.read_json(f"rank{exit.rank}.result.json")
+    if not isinstance(data, dict):
+        return rec
+    error, error_type = data.get("error"), data.get("error_type")
+    rec.error = error if isinstance(error, str) else None
+    rec.error_type = error_type if isinstance(error_type, str) else None
+    rec.result = data.get("result")
+    tampered = data.get("tampered")
+    rec.tampered = [str(t) for t in tampered] if isinstance(tampered, list) else ["the trace"]
+    labels = data.get("snapshot_labels")
+    if isinstance(labels, list) and labels:
+        array = folder.read_array(f"rank{exit.rank}.snapshots.npy")
+        if isinstance(array, np.ndarray) and array.ndim == 2 and len(array) == len(labels):
+            rec.snapshots = [(str(label), torch.from_numpy(row.astype(np.float64))) for label, row in zip(labels, array)]
         else:
-            rec.events = _read_events(launch.workdir / f"rank{exit.rank}.events")
-        ranks.append(rec)
-    world = WorldRun(launch.layout, ranks, launch.hung, launch.timed_out, launch.elapsed, launch.workdir)
-    world.hung = world.hung or world.abandoned() is not None
-    return world
+            rec.tampered.append("the parameter snapshots")
+    rec.finished = True
+    return rec
 
 
-def _read_events(path: Path) -> list[dict]:
-    events = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # the rank was killed mid-line
-    return events
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,45 +1,45 @@
-"""Start N ranks the way torchrun does, watch them, and always clean up.
+"""Start N ranks the way torchrun does, watch their progress, and always clean up.
 
 How a launch works
 ------------------
-The grader has already imported torch, so each rank is *forked* from it: a fork costs
-about 50 ms where a fresh interpreter that imports torch costs about 2 s. A forked rank
+The grader starts one rank host (host.py) per grading, inside the sandbox when the machine
+has one (sandbox.py), and asks it to launch each world size. The host forks the ranks; each
+one sets torchrun's environment variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...)
+and joins a rendezvous store that the host opened on a port the operating system picked,
+one per launch, as torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE).
 
-1. leads a process group of its own, so that it and anything it starts can be killed
-   together, and asks the kernel to kill it if the grader dies;
-2. sends its output to ``rank<N>.log`` in the launch's work directory, and dumps its
-   Python stack into ``rank<N>.stack`` when it receives SIGUSR1;
-3. waits on a pipe for the rendezvous port, then sets the environment torchrun sets
-   (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...);
-4. runs the target and leaves with ``os._exit``: 0 when the target returned.
+While the ranks run, the grader reads the events each rank records (trace.py): every call
+that can block (joining the group, a collective, a message, mp.spawn) is written down as it
+is entered and as it is left. That is how a hang is told from slow work, by progress
+rather than by a fixed grace period:
 
-The rendezvous is a TCPStore that the grader hosts on a port the operating system
-picks, one per launch, and that every rank joins as a client (torchrun's
-TORCHELASTIC_USE_AGENT_STORE contract). Graders running side by side never share a port.
+- a rank that is not inside a blocking call is computing, and is waited for, up to the
+  wall-clock limit;
+- when every rank still running has been inside a blocking call for ``quiet`` seconds with
+  no event from anyone, nothing can move any more: that is a deadlock, whether a peer has
+  exited (a collective it never called) or not (ranks waiting in different collectives, in
+  collectives of different shapes, or for peers that never join). The waiting ranks are
+  asked for their Python stacks and the launch is stopped.
 
-While ranks run, the grader polls them. A rank that finished while others are still
-running after ``grace`` seconds means the others wait for something that will never
-come (a collective that not every rank called): that is reported as a hang, in
-seconds rather than at the end of the wall-clock limit. Hung ranks are asked for their
-stack before they are killed. Every rank's process group is killed on every outcome.
+Every rank's exit code (or the signal that killed it) and the order of exits come from the
+host; output, stacks and events are read from the launch's work directory as capped,
+plain data.
 """
 
 from __future__ import annotations
 
-import ctypes
-import faulthandler
+import json
 import os
+import select
 import signal
+import subprocess
 import sys
+import tempfile
 import time
-import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-import torch
-
-PR_SET_PDEATHSIG = 1
+from autograder import files
 
 
 @dataclass
@@ -63,9 +63,18 @@ class Layout:
 @dataclass
 class RankExit:
     rank: int
-    exitcode: int | None  # None: still running when the grader stopped it
+    exitcode: int | None  # None: still running when the grader stopped it; -N: killed by signal N
     output: str = ""
     stack: str = ""
+    order: int | None = None  # 0 for the first rank to end, 1 for the next, ...
+
+
+@dataclass
+class Stall:
+    """Why the grader stopped ranks that were all waiting: what each one waited in."""
+
+    waiting: dict[int, dict]  # rank -> its pending `enter` event
+    exited: list[int]  # ranks already gone when it was seen
 
 
 @dataclass
@@ -74,12 +83,19 @@ class LaunchResult:
     workdir: Path
     ranks: list[RankExit]
     elapsed: float
-    hung: bool = False  # some ranks finished and the rest did not follow
+    timeout: float
+    stall: Stall | None = None  # every running rank was blocked and nothing moved
     timed_out: bool = False  # the wall-clock limit passed
+    host_failure: str = ""  # the rank host died or spoke nonsense
+    events: dict[int, list[dict]] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
         return self.layout.world_size
+
+    @property
+    def hung(self) -> bool:
+        return self.stall is not None
 
 
 def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -> dict[str, str]:
@@ -109,161 +125,216 @@ def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -
     return env
 
 
-def launch(
-    target: Callable[[int, Layout], None],
-    layout: Layout,
-    workdir: Path,
-    *,
-    use_gpus: bool = False,
-    timeout: float = 60.0,
-    grace: float = 5.0,
-) -> LaunchResult:
-    """Run ``target(rank, layout)`` in ``layout.world_size`` forked ranks; cwd is ``workdir``."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    pids: dict[int, int] = {}
-    pipes: dict[int, int] = {}
-    exits: dict[int, int] = {}
-    result = LaunchResult(layout, workdir, [], 0.0)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        for rank in range(layout.world_size):
-            read_end, write_end = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(write_end)
-                _rank_main(target, rank, layout, workdir, read_end, use_gpus)  # never returns
-            os.close(read_end)
-            _set_own_group(pid)
-            pids[rank], pipes[rank] = pid, write_end
-        store = torch.distributed.TCPStore(
-            "127.0.0.1", 0, layout.world_size, is_master=True, wait_for_workers=False
-        )
-        for rank, fd in pipes.items():
-            os.write(fd, f"{store.port}\n".encode())
-            os.close(fd)
-        pipes.clear()
-        _watch(pids, exits, result, start, timeout, grace)
-        del store
-    finally:
-        for fd in pipes.values():
-            os.close(fd)
-        _kill_all(pids, exits)
-    result.elapsed = time.monotonic() - start
-    result.ranks = [
-        RankExit(
-            rank,
-            exits.get(rank),
-            _read(workdir / f"rank{rank}.log"),
-            _read(workdir / f"rank{rank}.stack"),
-        )
-        for rank in range(layout.world_size)
-    ]
-    return result
+LIMITS = {"memory_mb": 6144, "file_mb": 256, "processes": 2048}
+MESSAGE_LIMIT = 1 << 20  # bytes of one line from the host
 
 
-def _set_own_group(pid: int):
-    try:
-        os.setpgid(pid, pid)  # the child does the same; whichever runs first wins
-    except (PermissionError, ProcessLookupError):
-        pass
+class HostFailed(Exception):
+    """The rank host could not start or stopped answering."""
 
 
-def _rank_main(target, rank: int, layout: Layout, workdir: Path, port_fd: int, use_gpus: bool):
-    code = 1
-    try:
-        os.setpgid(0, 0)
-        _die_with_parent()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        log = os.open(workdir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-        stack_file = open(workdir / f"rank{rank}.stack", "w")
-        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-        port = int(os.read(port_fd, 64).decode().strip() or 0)
-        os.close(port_fd)
-        os.environ.update(torchrun_environment(layout, rank, port, use_gpus))
-        os.chdir(workdir)
-        torch.set_num_threads(1)
-        target(rank, layout)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
+class RankHost:
+    """The grader's side of one rank host: start it, ask it to launch, watch, stop it."""
+
+    def __init__(self, root: Path, *, sandbox=None, hide: list[Path] = ()):
+        self.root = root
+        self.sandbox = sandbox
+        command = [sys.executable, "-m", "autograder.host"] + (["--sandboxed"] if sandbox else [])
+        if sandbox:
+            sandbox.own(root)
+            command = sandbox.wrap(command, root, list(hide))
+        self.errors = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+                                     start_new_session=True, cwd=root)
+        self.buffer = b""
+        self.prepared = False
+
+    def started(self, timeout: float = 30.0):
+        """Wait until the host runs (inside the sandbox: the sandbox works); HostFailed if it does not."""
+        message = self.receive(timeout)
+        if message is None or "hello" not in message:
+            raise HostFailed(self.why_dead() if message is None else "the rank host did not start")
+
+    def send(self, **request):
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise HostFailed(self.why_dead()) from None
 
-
-def _die_with_parent():
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass  # not Linux: the grader's own cleanup still kills every rank
-
-
-def _watch(pids, exits, result: LaunchResult, start: float, timeout: float, grace: float):
-    first_exit: float | None = None
-    while len(exits) < len(pids):
-        for rank, pid in pids.items():
-            if rank in exits:
-                continue
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                exits[rank] = os.waitstatus_to_exitcode(status)
-                first_exit = first_exit or time.monotonic()
-        now = time.monotonic()
-        running = [r for r in pids if r not in exits]
-        if not running:
-            break
-        if now - start > timeout:
-            result.timed_out = True
-        elif first_exit is not None and now - first_exit > grace:
-            result.hung = not any(code != 0 for code in exits.values())
-            if not result.hung:
-                return  # a rank crashed; the rest wait for it in vain: no stacks needed
-        else:
-            time.sleep(0.01)
-            continue
-        _dump_stacks({r: pids[r] for r in running}, result.workdir)
-        return
-
-
-def _dump_stacks(pids: dict[int, int], workdir: Path):
-    for pid in pids.values():
+    def receive(self, timeout: float) -> dict | None:
+        """The host's next message, or None when none came in ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                raise HostFailed(self.why_dead())
+            self.buffer += chunk
+            if len(self.buffer) > MESSAGE_LIMIT and b"\n" not in self.buffer:
+                raise HostFailed("the rank host sent an oversized message")
+        line, self.buffer = self.buffer.split(b"\n", 1)
         try:
-            os.kill(pid, signal.SIGUSR1)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and not all(_read(workdir / f"rank{r}.stack") for r in pids):
-        time.sleep(0.02)
-    time.sleep(0.05)  # let the last dump finish writing
+            message = json.loads(line)
+        except ValueError:
+            raise HostFailed("the rank host sent a message that is not JSON") from None
+        if not isinstance(message, dict):
+            raise HostFailed("the rank host sent a message that is not an object")
+        if "host_error" in message:
+            raise HostFailed(str(message["host_error"])[-2000:])
+        return message
 
+    def wait_ready(self, timeout: float = 120.0):
+        while not self.prepared:
+            message = self.receive(timeout)
+            if message is None:
+                raise HostFailed(f"the rank host did not start within {timeout:g} s")
+            self.prepared = bool(message.get("prepared"))
 
-def _kill_all(pids: dict[int, int], exits: dict[int, int]):
-    for rank, pid in pids.items():
+    def why_dead(self) -> str:
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if rank not in exits:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "the rank host stopped answering"
+        self.errors.seek(0)
+        said = self.errors.read()[-4000:].decode(errors="replace").strip()
+        return f"the rank host ended (exit code {self.proc.returncode})" + (f": {said}" if said else "")
+
+    def export(self, path: str, out: Path) -> dict:
+        self.send(op="export", path=path, out=str(out))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = self.receive(deadline - time.monotonic())
+            if message is not None and "exported" in message:
+                if isinstance(message["exported"], dict):
+                    return message["exported"]
+                break
+        raise HostFailed("the rank host did not export the checkpoint")
+
+    def close(self):
+        if self.proc.poll() is None:
             try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the host, or bwrap: its namespace dies with it
+            except (ProcessLookupError, PermissionError):
                 pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.errors.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- one launch ------------------------------------------------------------------------
+
+    def launch(self, target: dict, layout: Layout, workdir: Path, *, backend: str = "gloo",
+               timeout: float = 60.0, quiet: float = 2.0, limits: dict | None = None) -> LaunchResult:
+        """Run ``target`` (see host.make_target) on ``layout.world_size`` ranks; cwd is ``workdir``."""
+        self.wait_ready()
+        workdir.mkdir(parents=True, exist_ok=True)
+        if self.sandbox:
+            self.sandbox.own(workdir)
+        folder = files.Folder(workdir)
+        start = time.monotonic()
+        result = LaunchResult(layout, workdir, [], 0.0, timeout)
+        watch = Watch(layout.world_size, folder)
+        try:
+            self.send(op="launch", workdir=str(workdir), world_size=layout.world_size, nodes=layout.nodes,
+                      backend=backend, target=target, limits=limits or LIMITS)
+            self._watch(watch, result, start, timeout, quiet)
+        except HostFailed as exc:
+            result.host_failure = str(exc)
+        watch.poll()
+        result.elapsed = time.monotonic() - start
+        result.ranks = [
+            RankExit(r, watch.exits.get(r), folder.read_text(f"rank{r}.log"), folder.read_text(f"rank{r}.stack"),
+                     watch.order.index(r) if r in watch.order else None)
+            for r in range(layout.world_size)
+        ]
+        result.events = watch.events
+        folder.close()
+        return result
+
+    def _watch(self, watch: Watch, result: LaunchResult, start: float, timeout: float, quiet: float):
+        done = False
+        while not done:
+            message = self.receive(0.05)
+            while message is not None:
+                if "exit" in message:
+                    watch.exited(message["exit"], message.get("code"))
+                done = done or bool(message.get("done"))
+                message = self.receive(0) if not done else None
+            if done:
+                break
+            watch.poll()
+            if time.monotonic() - start > timeout:
+                result.timed_out = True
+            else:
+                stall = watch.stalled(quiet)
+                if stall is None:
+                    continue
+                result.stall = stall
+            self.send(op="stop", stacks=[r for r in range(result.world_size) if r not in watch.exits])
+            self._drain(watch)
+            return
+
+    def _drain(self, watch: Watch):
+        """After a stop: the remaining exits, until the host says the launch is over."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            message = self.receive(max(deadline - time.monotonic(), 0))
+            if message is None:
+                raise HostFailed("the rank host did not stop the ranks")
+            if "exit" in message:
+                watch.exited(message["exit"], None)
+            if message.get("done"):
+                watch.poll()
+                return
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
+class Watch:
+    """What the grader knows of each rank while it runs: its events, its pending call, its exit."""
+
+    def __init__(self, world_size: int, folder: files.Folder):
+        self.world_size = world_size
+        self.tails = {r: files.Tail(folder, f"rank{r}.events") for r in range(world_size)}
+        self.events: dict[int, list[dict]] = {r: [] for r in range(world_size)}
+        self.pending: dict[int, dict | None] = {r: None for r in range(world_size)}
+        self.exits: dict[int, int | None] = {}
+        self.order: list[int] = []
+        self.last_progress = time.monotonic()
+
+    def exited(self, rank, code):
+        if isinstance(rank, int) and 0 <= rank < self.world_size and rank not in self.exits:
+            self.exits[rank] = code if isinstance(code, int) else None
+            self.order.append(rank)
+            self.last_progress = time.monotonic()
+
+    def poll(self):
+        for rank, tail in self.tails.items():
+            for event in tail.read():
+                self.events[rank].append(event)
+                self.last_progress = time.monotonic()
+                if event.get("kind") == "enter":
+                    self.pending[rank] = event
+                elif event.get("kind") == "leave":
+                    self.pending[rank] = None
+
+    def stalled(self, quiet: float) -> Stall | None:
+        running = [r for r in range(self.world_size) if r not in self.exits]
+        if not running or any(self.pending[r] is None for r in running):
+            return None  # someone is computing: wait for it
+        if time.monotonic() - self.last_progress < quiet:
+            return None
+        return Stall({r: self.pending[r] for r in running}, list(self.order))

@@ -6,6 +6,7 @@ import html
 import json
 from dataclasses import asdict, dataclass
 
+SKIPPED_ON_CPU = "only meaningful with one GPU per rank (nccl); this run used gloo on CPUs"
 STATUSES = ("passed", "failed", "error", "timeout", "skipped")
 _MARK = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⧗", "skipped": "–"}
 _CELL = "text-align:left;vertical-align:top"  # notebooks right-align table cells by default
@@ -35,6 +36,7 @@ class Report:
     problem: str = ""  # what stopped the student's code, shown before the checks
     elapsed: float = 0.0
     not_started: bool = False
+    sandbox: str = ""  # "bubblewrap", or "off (why)"
 
     @property
     def score(self) -> float:
@@ -61,6 +63,7 @@ class Report:
             "problem": self.problem,
             "not_started": self.not_started,
             "elapsed": round(self.elapsed, 3),
+            "sandbox": self.sandbox,
         }
 
     def to_json(self) -> str:
@@ -77,6 +80,7 @@ class Report:
             problem=d.get("problem", ""),
             elapsed=d.get("elapsed", 0.0),
             not_started=d.get("not_started", False),
+            sandbox=d.get("sandbox", ""),
         )
 
     def headline(self) -> str:
@@ -87,8 +91,16 @@ class Report:
             f" [{self.backend}, world sizes {sizes}, {self.elapsed:.1f} s]"
         )
 
+    def sandbox_line(self) -> str:
+        """Said only when the submission ran outside the sandbox."""
+        if not self.sandbox or self.sandbox == "bubblewrap":
+            return ""
+        return f"Ran without the sandbox: {self.sandbox.removeprefix('off ').strip('()')}."
+
     def to_text(self) -> str:
         lines = [self.headline()]
+        if self.sandbox_line():
+            lines.append(self.sandbox_line())
         if self.problem:
             lines += ["", _indent(self.problem, "  | ")]
         lines.append("")

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 MAGIC = "%%exercise"
-STUDENT_MODULE = "student.py"  # where extract() writes the code; tracebacks call it "exercise cell"
+STUDENT_MODULE = "student.py"  # where write_module() writes the code; tracebacks call it "exercise cell"
 
 
 class UsageError(Exception):
@@ -46,19 +46,33 @@ def as_module(cell_source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def extract(path: Path, exercise_id: str, dest: Path) -> Path:
-    """Write the exercise's code to ``dest/student.py`` and return that path."""
+SIZE_LIMIT = 1 << 20  # bytes: an exercise is a cell or a short script
+
+
+def read_exercise(path: Path, exercise_id: str) -> str:
+    """The exercise's code, from a .py file or a notebook; a UsageError says what is wrong with the file."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
-    if path.suffix == ".ipynb":
-        code = as_module(cell_from_notebook(path, exercise_id))
-    elif path.suffix == ".py":
-        code = as_module(path.read_text())
-    else:
+    if path.suffix not in (".ipynb", ".py"):
         raise UsageError(f"{path}: give a .py file or a .ipynb notebook")
+    if path.stat().st_size > (64 * SIZE_LIMIT if path.suffix == ".ipynb" else SIZE_LIMIT):
+        raise UsageError(f"{path} is too large to be an exercise ({path.stat().st_size} bytes)")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text: save it as UTF-8 (is it the right file?)") from None
+    if "\0" in text:
+        raise UsageError(f"{path} holds binary data, not Python code: is it the right file?")
+    return as_module(cell_from_notebook(path, exercise_id) if path.suffix == ".ipynb" else text)
+
+
+def write_module(code: str, dest: Path) -> Path:
+    """Write the exercise's code to ``dest/student.py`` (readable by the ranks) and return that path."""
     target = dest / STUDENT_MODULE
     target.write_text(code)
+    target.chmod(0o644)
     return target
 
 

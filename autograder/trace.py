@@ -1,20 +1,27 @@
-"""What each rank did, recorded from the inside.
+"""What each rank did, recorded from the inside, written as plain data.
 
 Before the student's code runs, ``install()`` wraps the public entry points a DDP
-program goes through (init/destroy of the process group, the collectives, DDP itself,
-DistributedSampler, DataLoader, torch.save, optimizer steps). The wrappers record and
-then call the original, so the student's code runs unchanged.
+program goes through (init/destroy of the process group, the collectives, point-to-point
+messages, DDP itself, DistributedSampler, DataLoader, torch.save, optimizer steps). The
+wrappers record and then call the original, so the student's code runs unchanged.
 
-Light events are appended to ``rank<N>.events`` as JSON lines the moment they happen,
-so a rank that hangs or is killed still tells what it was doing. Everything else
-(parameter snapshots, the value a graded function returned) is saved with
-``Recorder.save()`` in ``rank<N>.trace`` when the rank ends.
+Every event is one JSON line appended to ``rank<N>.events`` the moment it happens, with a
+sequence number and a time stamp, so a rank that hangs or is killed still tells what it was
+doing, and the grader can watch the ranks' progress while they run. A call that can block
+(joining the group, a collective, a message, ``mp.spawn``) writes an ``enter`` event before
+it and a ``leave`` event after it.
+
+When the rank ends, ``Recorder.save()`` writes ``rank<N>.result.json`` (what the graded
+function returned, the error if any, whether the instrumentation was still in place) and
+``rank<N>.snapshots.npy`` (the parameters after each optimizer step, float64). The grader
+reads these as data only: JSON and a NumPy array, never a pickle.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 import traceback
@@ -22,6 +29,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -33,28 +41,42 @@ COLLECTIVES = (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
     "reduce_scatter", "reduce_scatter_tensor", "barrier", "all_gather_object",
     "broadcast_object_list", "gather", "scatter", "all_to_all", "all_to_all_single",
+    "monitored_barrier",
 )
+POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 _ENGINE_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
 _torch_save = torch.save  # the grader's own files must not show up as the student's saves
+_TEXT_LIMIT = 2000  # characters of any one string recorded
 
 
 class Recorder:
     def __init__(self, workdir: Path, rank: int):
         self.rank = rank
         self.workdir = workdir
-        self.events: list[dict] = []
         self.snapshots: list[tuple[str, torch.Tensor]] = []
         self.result: Any = None
         self.error: str | None = None
         self.error_type: str | None = None
+        self.counts: dict[str, int] = {}  # calls so far, per operation: "all_reduce #3"
+        self._seq = 0
         self._ddp: list[weakref.ref] = []
         self._optimizer: weakref.ref | None = None
+        self._patched: list[tuple[object, str, object]] = []
         self._log = open(workdir / f"rank{rank}.events", "w", buffering=1)
 
     def event(self, kind: str, **data):
-        data["kind"] = kind
-        self.events.append(data)
-        self._log.write(json.dumps(data, default=str) + "\n")
+        self._seq += 1
+        data.update(kind=kind, seq=self._seq, t=round(time.time(), 6))
+        self._log.write(json.dumps(data, default=_short) + "\n")
+
+    def enter(self, call: str, **data) -> int:
+        """A call that may block: returns its number among this rank's calls of the same name."""
+        n = self.counts[call] = self.counts.get(call, 0) + 1
+        self.event("enter", call=call, n=n, **data)
+        return n
+
+    def leave(self, call: str, n: int):
+        self.event("leave", call=call, n=n)
 
     def track(self, ddp: DistributedDataParallel):
         self._ddp.append(weakref.ref(ddp))
@@ -73,25 +95,56 @@ class Recorder:
             with torch.no_grad():
                 flat = torch.cat([p.detach().double().cpu().flatten() for p in params])
             self.snapshots.append((label, flat))
+            self.event("snapshot", label=label, index=len(self.snapshots) - 1)
 
     def fail(self, exc: BaseException):
-        self.error = "".join(traceback.format_exception(exc))
+        self.error = "".join(traceback.format_exception(exc))[-20000:]
         self.error_type = type(exc).__name__
 
+    def patched(self, owner, name: str, wrapper):
+        self._patched.append((owner, name, wrapper))
+
+    def tampered(self) -> list[str]:
+        """The wrapped entry points that no longer hold the recorder's wrapper."""
+        return [f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+                for owner, name, wrapper in self._patched if getattr(owner, name, None) is not wrapper]
+
     def save(self):
-        _torch_save(
-            {
-                "rank": self.rank,
-                "events": self.events,
-                "snapshots": self.snapshots,
-                "result": self.result,
-                "error": self.error,
-                "error_type": self.error_type,
-            },
-            self.workdir / f"rank{self.rank}.trace",
-            _use_new_zipfile_serialization=True,
-        )
+        sizes = {len(flat) for _, flat in self.snapshots}
+        if len(sizes) == 1:
+            np.save(self.workdir / f"rank{self.rank}.snapshots.npy",
+                    torch.stack([flat for _, flat in self.snapshots]).numpy(), allow_pickle=False)
+        data = {
+            "rank": self.rank,
+            "result": self.result,
+            "error": self.error,
+            "error_type": self.error_type,
+            "snapshot_labels": [label for label, _ in self.snapshots] if len(sizes) == 1 else [],
+            "snapshot_sizes_differ": len(sizes) > 1,
+            "tampered": self.tampered(),
+        }
+        with open(self.workdir / f"rank{self.rank}.result.json", "w") as f:
+            json.dump(data, f, default=_short)
         self._log.close()
+
+
+def _short(value) -> str:
+    return repr(value)[:_TEXT_LIMIT]
+
+
+def plain(value):
+    """A value as JSON can hold it: numbers, strings, lists and dicts (anything else as its repr)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value if not isinstance(value, str) else value[:_TEXT_LIMIT]
+    if isinstance(value, (int, float)):
+        return value if not (isinstance(value, float) and not math.isfinite(value)) else repr(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return plain(value.item())
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value[:10000]]
+    if isinstance(value, dict):
+        return {str(k)[:200]: plain(v) for k, v in list(value.items())[:10000]}
+    return _short(value)
 
 
 def caller() -> str | None:
@@ -108,6 +161,9 @@ def install(rec: Recorder):
     _wrap_process_group(rec)
     for name in COLLECTIVES:
         _wrap_collective(rec, name)
+    for name in POINT_TO_POINT:
+        _wrap_point_to_point(rec, name)
+    _wrap_spawn(rec)
     _wrap_ddp(rec)
     _wrap_sampler(rec)
     _wrap_dataloader(rec)
@@ -115,9 +171,19 @@ def install(rec: Recorder):
     _wrap_optimizer(rec)
 
 
-def _patch(owner, name: str, make):
+def _patch(rec: Recorder, owner, name: str, make):
     original = getattr(owner, name)
-    setattr(owner, name, functools.wraps(original)(make(original)))
+    wrapper = functools.wraps(original)(make(original))
+    setattr(owner, name, wrapper)
+    rec.patched(owner, name, wrapper)
+
+
+def _tensor_info(value) -> dict:
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        return {"shape": [len(value)] + list(value[0].shape), "dtype": str(value[0].dtype).removeprefix("torch.")}
+    return {}
 
 
 def _wrap_process_group(rec: Recorder):
@@ -125,8 +191,11 @@ def _wrap_process_group(rec: Recorder):
         def wrapper(*args, **kwargs):
             backend = kwargs.get("backend", args[0] if args else None)
             init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
-            rec.event("init_process_group_called", requested_backend=str(backend), init_method=init_method)
+            asked = {k: kwargs[k] for k in ("world_size", "rank") if isinstance(kwargs.get(k), int)}
+            rec.event("init_process_group_called", requested_backend=str(backend), init_method=init_method, **asked)
+            n = rec.enter("init_process_group", init_method=init_method, caller=caller(), **asked)
             out = original(*args, **kwargs)
+            rec.leave("init_process_group", n)
             rec.event(
                 "init_process_group",
                 requested_backend=str(backend),
@@ -156,9 +225,9 @@ def _wrap_process_group(rec: Recorder):
             return original(device)
         return wrapper
 
-    _patch(dist, "init_process_group", init)
-    _patch(dist, "destroy_process_group", destroy)
-    _patch(torch.cuda, "set_device", set_device)
+    _patch(rec, dist, "init_process_group", init)
+    _patch(rec, dist, "destroy_process_group", destroy)
+    _patch(rec, torch.cuda, "set_device", set_device)
 
 
 def _wrap_collective(rec: Recorder, name: str):
@@ -171,13 +240,55 @@ def _wrap_collective(rec: Recorder, name: str):
             op = kwargs.get("op")
             if op is None and name in ("all_reduce", "reduce") and len(args) > (1 if name == "all_reduce" else 2):
                 op = args[1] if name == "all_reduce" else args[2]
+            info = _tensor_info(args[0] if args else kwargs.get("tensor"))
             rec.event("collective", op=name, reduce_op=str(op) if op is not None else None, caller=where, done=False)
+            n = rec.enter(name, caller=where, **info)
             out = original(*args, **kwargs)
+            rec.leave(name, n)
             rec.event("collective_done", op=name, caller=where)
             return out
         return wrapper
 
-    _patch(dist, name, make)
+    _patch(rec, dist, name, make)
+
+
+def _wrap_point_to_point(rec: Recorder, name: str):
+    if not hasattr(dist, name):
+        return
+
+    def make(original):
+        def wrapper(*args, **kwargs):
+            where = caller()
+            if name == "batch_isend_irecv":
+                ops = args[0] if args else kwargs.get("p2p_op_list", [])
+                info = {"ops": [{"op": getattr(o.op, "__name__", str(o.op)), "peer": o.peer,
+                                 "bytes": o.tensor.numel() * o.tensor.element_size()} for o in ops]}
+            else:
+                tensor = args[0] if args else kwargs.get("tensor")
+                peer = args[1] if len(args) > 1 else kwargs.get("dst", kwargs.get("src"))
+                info = {"peer": peer, "bytes": tensor.numel() * tensor.element_size()} if isinstance(tensor, torch.Tensor) else {}
+            n = rec.enter(name, caller=where, **info)
+            out = original(*args, **kwargs)
+            rec.leave(name, n)
+            return out
+        return wrapper
+
+    _patch(rec, dist, name, make)
+
+
+def _wrap_spawn(rec: Recorder):
+    import torch.multiprocessing as mp
+
+    def make(original):
+        def wrapper(*args, **kwargs):
+            n = rec.enter("mp.spawn", caller=caller(), nprocs=kwargs.get("nprocs", args[2] if len(args) > 2 else 1))
+            out = original(*args, **kwargs)
+            rec.leave("mp.spawn", n)
+            return out
+        return wrapper
+
+    _patch(rec, mp, "spawn", make)
+    _patch(rec, mp, "start_processes", make)
 
 
 def _wrap_ddp(rec: Recorder):
@@ -190,7 +301,9 @@ def _wrap_ddp(rec: Recorder):
 
     def init(original):
         def wrapper(self, module, *args, **kwargs):
+            n = rec.enter("DistributedDataParallel", caller=caller())
             out = original(self, module, *args, **kwargs)
+            rec.leave("DistributedDataParallel", n)
             device_ids = kwargs.get("device_ids", args[0] if args else None)
             rec.event(
                 "ddp",
@@ -210,8 +323,8 @@ def _wrap_ddp(rec: Recorder):
             return original(self, *args, **kwargs)
         return wrapper
 
-    _patch(DistributedDataParallel, "__init__", init)
-    _patch(DistributedDataParallel, "forward", forward)
+    _patch(rec, DistributedDataParallel, "__init__", init)
+    _patch(rec, DistributedDataParallel, "forward", forward)
 
 
 def _wrap_sampler(rec: Recorder):
@@ -232,13 +345,15 @@ def _wrap_sampler(rec: Recorder):
                 num_replicas=self.num_replicas,
                 sampler_rank=self.rank,
                 shuffle=self.shuffle,
+                seed=self.seed,
+                drop_last=self.drop_last,
                 dataset_len=len(self.dataset),
             )
             return iter(indices)
         return wrapper
 
-    _patch(DistributedSampler, "set_epoch", set_epoch)
-    _patch(DistributedSampler, "__iter__", iterate)
+    _patch(rec, DistributedSampler, "set_epoch", set_epoch)
+    _patch(rec, DistributedSampler, "__iter__", iterate)
 
 
 def _wrap_dataloader(rec: Recorder):
@@ -256,19 +371,19 @@ def _wrap_dataloader(rec: Recorder):
             return out
         return wrapper
 
-    _patch(DataLoader, "__init__", init)
+    _patch(rec, DataLoader, "__init__", init)
 
 
 def _wrap_save(rec: Recorder):
     def save(original):
         def wrapper(obj, f, *args, **kwargs):
-            keys = list(obj.keys()) if isinstance(obj, dict) else None
-            path = os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else repr(f)
+            keys = [str(k) for k in obj.keys()] if isinstance(obj, dict) else None
+            path = os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else None
             rec.event("save", path=path, keys=keys, type=type(obj).__name__, caller=caller())
             return original(obj, f, *args, **kwargs)
         return wrapper
 
-    _patch(torch, "save", save)
+    _patch(rec, torch, "save", save)
 
 
 def _wrap_optimizer(rec: Recorder):

@@ -24,17 +24,34 @@ class Exercise:
     checks: list[Check]
     entry: str | None = None  # the name the student's cell must define (a function, or ANSWERS)
     harness: Callable | None = None  # function exercises: runs in each rank, calls the student's `entry`
-    params: Callable[[int], dict] = lambda seed: {}  # what the harness and the checks share, by seed
+    params: Callable[[int], dict] = lambda seed: {}  # what the ranks are given (data seeds), by seed
+    # What the checks compare with (expected results), by seed: computed by the grader after the
+    # ranks have ended, never handed to them.
+    expected: Callable[[int], dict] = lambda seed: {}
+    work: Callable | None = None  # runs -> None, or why nothing of the exercise's work was seen
     world_sizes: tuple[int, ...] = (1, 2, 3)
     layout: Callable[[int], Layout] | None = None  # world size -> nodes layout; default: one node
     timeout: float = 20.0  # seconds per launch
+    quiet: float = 2.0  # seconds every running rank waits, with no progress anywhere, before it is a deadlock
     # Imported by the grader before ranks fork, so each rank need not import them again.
     # DDP's constructor imports torch._dynamo (about 2 s): every exercise that builds DDP lists it.
     warm_imports: tuple[str, ...] = ()
     points: float = field(init=False)
 
     def __post_init__(self):
+        if self.kind == "function" and self.world_sizes != (1,):
+            from autograder.checks import runs_to_the_end
+
+            self.checks = [runs_to_the_end("the code runs to the end on every rank at every world size", 1),
+                           *self.checks]
         self.points = sum(c.points for c in self.checks)
+
+    def same_result(self, status: str, message: str, backend: str) -> list:
+        """Every check with one status and message (GPU-only ones skipped on CPUs): nothing was judged."""
+        from autograder.report import SKIPPED_ON_CPU
+
+        return [c.result("skipped", SKIPPED_ON_CPU) if c.gpu_only and backend != "nccl" else c.result(status, message)
+                for c in self.checks]
 
 
 MODULES = {"2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5"}

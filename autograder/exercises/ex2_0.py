@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from autograder.checks import Check
 from autograder.exercises import Exercise
 
-# question id -> (what the question is about, the accepted answers, where the lesson explains it).
+# question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
 QUESTIONS = {
-    "sync": ("Q1: how DDP keeps the replicas identical", {"b"}, "section 5, wrapping the model in DDP"),
-    "processes": ("Q2: why one process per device", {"c"}, "section 1, one process per device"),
-    "set_epoch": ("Q3: what sampler.set_epoch(epoch) does", {"a"}, "section 6, DistributedSampler"),
-    "global_batch": ("Q4: samples in one optimizer step", {"32"}, "sections 5 and 6"),
-    "save": ("Q5: who saves the checkpoint, and what", {"d"}, "section 7, saving on rank 0"),
-    "backend": ("Q6: the backend for CPU-only machines", {"gloo"}, "section 3, init_process_group"),
+    "sync": ("Q1: how DDP keeps the replicas identical", "section 5, wrapping the model in DDP"),
+    "processes": ("Q2: why one process per device", "section 1, one process per device"),
+    "set_epoch": ("Q3: what sampler.set_epoch(epoch) does", "section 6, DistributedSampler"),
+    "global_batch": ("Q4: samples in one optimizer step", "sections 5 and 6"),
+    "save": ("Q5: who saves the checkpoint, and what", "section 7, saving on rank 0"),
+    "backend": ("Q6: the backend for CPU-only machines", "section 3, init_process_group"),
 }
+# The accepted answers, as digests: the key is not readable from the installed package. The
+# ranks never see even these; the grader compares after they have ended.
+ACCEPTED = {
+    "sync": {'fde359545b23ae2d84aa6c8c3ca4dbe1'},
+    "processes": {'9e56e42105495a8a0acfd3e007d34995'},
+    "set_epoch": {'bdd6318f7fe7412f76faa47fd8407511'},
+    "global_batch": {'776d3cf420b2f273d7d881ce38979d0e'},
+    "save": {'5f28f98451dac56a8a3a0355436de8c8'},
+    "backend": {'097f3f1a5fb3d012f115ac784e8aa764', '7efb40d528ec66cbfd27b8e6e4a0938f'},
+}
+
+
+def digest(key: str, answer: str) -> str:
+    return hashlib.sha256(f"ddp-course 2.0 {key}: {answer}".encode()).hexdigest()[:32]
 
 
 def harness(student, rank, layout, rec, **_):
@@ -24,15 +40,17 @@ def harness(student, rank, layout, rec, **_):
     return {str(k): None if v is None else str(v).strip().lower() for k, v in answers.items()}
 
 
-def _question(key: str, accepted: set[str], where: str):
+def _question(key: str, where: str):
     def verify(runs):
         given = runs.worlds[0].ranks[0].result
+        if not isinstance(given, dict):
+            return "the answers could not be read"
         if "error" in given:
-            return given["error"]
+            return str(given["error"])
         if given.get(key) is None:
             return f"ANSWERS[{key!r}] is not answered yet"
-        if given[key] not in accepted:
-            return f"ANSWERS[{key!r}] = {given[key]!r} is not right; lesson 2, {where}, explains it"
+        if digest(key, str(given[key])) not in ACCEPTED[key]:
+            return f"ANSWERS[{key!r}] = {str(given[key])[:40]!r} is not right; lesson 2, {where}, explains it"
     return verify
 
 
@@ -43,5 +61,5 @@ EXERCISE = Exercise(
     entry="ANSWERS",
     harness=harness,
     world_sizes=(1,),
-    checks=[Check(name, 1, _question(key, accepted, where)) for key, (name, accepted, where) in QUESTIONS.items()],
+    checks=[Check(name, 1, _question(key, where)) for key, (name, where) in QUESTIONS.items()],
 )

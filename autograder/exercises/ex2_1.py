@@ -96,7 +96,9 @@ EXERCISE = Exercise(
     entry="setup",
     harness=harness,
     layout=layout,
-    timeout=10.0,  # joining a group takes well under a second; a wrong rendezvous waits forever
+    timeout=10.0,
+    work=lambda runs: None if any(r.of("init_process_group_called") for w in runs for r in w.ranks) else
+    "init_process_group was never called",  # joining a group takes well under a second; a wrong rendezvous waits forever
     checks=[
         Check("process group initialized when setup() returns", 2, _initialized,
               hint="call dist.init_process_group(backend) inside setup()"),

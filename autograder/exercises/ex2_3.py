@@ -13,6 +13,7 @@ from autograder.checks import (
     every_rank_calls_the_same_collectives,
     matches_reference,
     params_identical_across_ranks,
+    runs_to_the_end,
     shares_disjoint_and_covering,
 )
 from autograder.exercises import Exercise
@@ -27,8 +28,9 @@ def reference(world_size: int) -> torch.Tensor:
     return ddp_training(toy_dataset(n=N, seed=0), world_size, EPOCHS, BATCH, LR)
 
 
-def _runs_to_the_end(runs):
-    return None  # judged by `needs="complete"`: any crash or hang reports here
+def _work(runs):
+    if not any(r.of("optimizer_step") for w in runs for r in w.ranks):
+        return "no rank took a single optimizer step"
 
 
 def _backend(runs):
@@ -87,13 +89,19 @@ def _one_writer(runs):
 
 
 def _checkpoint(world):
-    saves = world.ranks[0].of("save")
+    """What rank 0 saved last, as the grader read it back: (keys, float tensors by key), or a problem."""
+    saves = [e for e in world.ranks[0].of("save") if e.get("path")]
     if not saves:
-        return None, f"world size {world.world_size}: rank 0 saved nothing"
-    path = Path(saves[-1]["path"])
-    if not path.exists():
-        return None, f"the checkpoint {path.name} was not found after the run"
-    return torch.load(path, map_location="cpu", weights_only=False), None
+        return None, f"world size {world.world_size}: rank 0 saved nothing to a file"
+    path = saves[-1]["path"]
+    found = world.exports.get(path, {})
+    if found.get("error") == "missing":
+        return None, f"the checkpoint {Path(path).name} was not found after the run"
+    if "error" in found or not found:
+        return None, f"the checkpoint {Path(path).name} could not be read with torch.load(weights_only=True)"
+    if found.get("type") != "dict":
+        return None, f"the checkpoint holds a {found.get('type')}, not a state_dict"
+    return found, None
 
 
 def _loads_strictly(runs):
@@ -101,15 +109,18 @@ def _loads_strictly(runs):
         state, problem = _checkpoint(world)
         if problem:
             return problem
-        if not isinstance(state, dict):
-            return f"the checkpoint holds a {type(state).__name__}, not a state_dict"
-        prefixed = [k for k in state if k.startswith("module.")]
+        prefixed = [k for k in state["keys"] if k.startswith("module.")]
         if prefixed:
             return f"checkpoint keys start with 'module.' ({prefixed[0]}): the DDP wrapper was saved, not the model"
-        try:
-            TinyNet().load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            return f"the checkpoint does not load into a plain TinyNet: {str(exc).splitlines()[0]}"
+        want = dict(TinyNet().state_dict())
+        missing = [k for k in want if k not in state["arrays"]]
+        extra = [k for k in state["keys"] if k not in want]
+        if missing or extra:
+            return (f"the checkpoint does not load into a plain TinyNet: keys missing {missing[:3]}, "
+                    f"unexpected {extra[:3]}")
+        wrong = [k for k, v in want.items() if tuple(state["arrays"][k].shape) != tuple(v.shape)]
+        if wrong:
+            return f"the checkpoint does not load into a plain TinyNet: {wrong[0]} has the wrong shape"
 
 
 def _checkpoint_is_trained(runs):
@@ -117,13 +128,13 @@ def _checkpoint_is_trained(runs):
         state, problem = _checkpoint(world)
         if problem:
             return problem
-        model = TinyNet()
-        try:
-            model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
-        except (RuntimeError, AttributeError):
+        arrays = {k.removeprefix("module."): v for k, v in state["arrays"].items()}
+        names = [name for name, _ in TinyNet().named_parameters()]
+        if any(n not in arrays for n in names):
             return "the checkpoint cannot be read as TinyNet's parameters"
+        saved = torch.cat([torch.from_numpy(arrays[n]).flatten() for n in names])
         final = world.ranks[0].final_params()
-        if final is not None and not torch.allclose(flat(model), final, atol=1e-6):
+        if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
             return f"world size {world.world_size}: the checkpoint's weights are not the final trained weights"
 
 
@@ -139,9 +150,10 @@ EXERCISE = Exercise(
     kind="script",
     timeout=60.0,
     warm_imports=("torch._dynamo",),
-    params=lambda seed: {"initial": flat(make_model(0))},
+    expected=lambda seed: {"initial": flat(make_model(0))},
+    work=_work,
     checks=[
-        Check("the script runs to the end on every rank", 2, _runs_to_the_end),
+        runs_to_the_end("the script runs to the end on every rank", 2),
         Check("process group of the right backend and size", 1, _backend,
               hint="init_process_group(backend) with the launcher's environment; gloo on CPUs, nccl on GPUs"),
         Check("model wrapped in DistributedDataParallel", 2, _wrapped_in_ddp, hint="model = DDP(model, ...)"),

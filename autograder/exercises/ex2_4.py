@@ -17,9 +17,14 @@ from ddpcourse import make_model, toy_dataset
 N = 101  # not a multiple of 2 or 3: padding and uneven shares show
 
 
-def params(seed: int) -> dict:
-    model, dataset = make_model(seed + 1), toy_dataset(n=N, seed=seed)
-    return {"seed": seed, "accuracy": accuracy(model, dataset)}
+def expected(seed: int) -> dict:
+    """Computed by the grader once the ranks have ended; never handed to them."""
+    return {"accuracy": accuracy(make_model(seed + 1), toy_dataset(n=N, seed=seed))}
+
+
+def _work(runs):
+    if not any(r.of("scored") for w in runs for r in w.ranks):
+        return "the model was never run on any sample"
 
 
 def harness(student, rank, layout, rec, seed, **_):
@@ -35,7 +40,7 @@ def harness(student, rank, layout, rec, seed, **_):
     dist.destroy_process_group()
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
-    return value if isinstance(value, numbers.Real) else repr(value)
+    return value if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)[:200]
 
 
 def _returns_a_number(runs):
@@ -68,8 +73,10 @@ def _equals_single_process(runs):
     want = runs.params["accuracy"]
     for world in runs:
         got = world.ranks[0].result
-        if abs(got - want) > 1e-6:  # float32 counts are fine; an average of per-rank accuracies is not
-            return (f"world size {world.world_size}: rank 0 returned {got:.6f}, but the model classifies "
+        # float32 counts are fine; an average of per-rank accuracies is not
+        if not isinstance(got, numbers.Real) or not abs(got - want) <= 1e-6:
+            shown = f"{got:.6f}" if isinstance(got, numbers.Real) else str(got)[:60]
+            return (f"world size {world.world_size}: rank 0 returned {shown}, but the model classifies "
                     f"{want:.6f} of the {N} samples correctly")
 
 
@@ -79,7 +86,9 @@ EXERCISE = Exercise(
     kind="function",
     entry="evaluate",
     harness=harness,
-    params=params,
+    params=lambda seed: {"seed": seed},
+    expected=expected,
+    work=_work,
     checks=[
         Check("returns a number on every rank", 1, _returns_a_number,
               hint="return correct / total as a Python float (tensor.item())"),

@@ -1,0 +1,162 @@
+"""Why a launch did not complete, told from the student's side.
+
+One failure at a time, the first one: the rank whose own error came first is named with its
+own exception or signal, and the ranks that failed because it was gone are named as its
+victims. A deadlock names what each rank waits in, and why nothing can move.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from autograder.evidence import RankRecord, WorldRun
+
+GRADER_DIR = Path(__file__).parent
+ABANDONED = ("A collective returns only once every rank has called it, so in a real job this rank would wait "
+             "until the process group's timeout (30 minutes by default) and then fail. Call every collective "
+             "on every rank, and use its result only where you need it.")
+
+
+def describe_problem(worlds: list[WorldRun], student: Path) -> str:
+    """The first crash or hang among the launches, or "" when they all completed."""
+    for world in worlds:
+        if not world.complete:
+            return f"{summary(world)}\n{_body(world, student)}".rstrip()
+    return ""
+
+
+def summary(world: WorldRun) -> str:
+    """One line saying why this launch did not complete."""
+    head = f"world size {world.world_size}"
+    if world.host_failure:
+        return f"{head}: the grader lost the ranks ({world.host_failure.splitlines()[0][:300]})"
+    if world.stall is not None:
+        return f"{head}: deadlock: {_deadlock_cause(world)}"
+    abandoned = world.abandoned()
+    if abandoned is not None:
+        call = abandoned.pending_collective()
+        gone = [o.rank for o in world.ranks if o.ok]
+        return (f"{head}: rank {abandoned.rank} hung in {call['op']} ({call['caller']}), "
+                f"which rank(s) {', '.join(map(str, gone))} finished without calling")
+    if world.timed_out:
+        running = [r.rank for r in world.ranks if r.exitcode is None]
+        return (f"{head}: rank(s) {', '.join(map(str, running))} still running at the time limit of "
+                f"{world.timeout:g} s, while not waiting for any other rank (still computing, or waiting on "
+                "something that is not a collective)")
+    culprit = world.culprit()
+    if culprit is None:
+        tampered = next((r for r in world.ranks if r.exitcode == 0 and not r.finished), None)
+        if tampered is not None:
+            return f"{head}: rank {tampered.rank} {tampered.how_it_ended()}"
+        return f"{head} completed"
+    line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"
+    victims = world.victims()
+    if victims:
+        line += f"; then rank(s) {', '.join(str(v.rank) for v in victims)} failed because it was gone"
+    return line
+
+
+def _body(world: WorldRun, student: Path) -> str:
+    if world.host_failure:
+        return ""
+    if world.stall is not None or world.timed_out:
+        return _stacks(world, student)
+    abandoned = world.abandoned()
+    if abandoned is not None:
+        return ABANDONED
+    culprit = world.culprit()
+    if culprit is None:
+        return ""
+    if culprit.error:
+        return tidy_traceback(culprit.error, student)
+    if culprit.exitcode is not None and culprit.exitcode < 0:
+        stack = tidy_stack(culprit.output, student)  # faulthandler prints a fatal signal's stack to stderr
+        return f"Where it was:\n{stack}" if stack else "Its last output:\n" + _tail(culprit.output)
+    return "Its last output:\n" + (_tail(culprit.output) or "(none)")
+
+
+def _deadlock_cause(world: WorldRun) -> str:
+    stall = world.stall
+    waits = {rank: event for rank, event in stall.waiting.items()}
+    where = ", ".join(f"rank {r} in {_call(e)}" for r, e in sorted(waits.items()))
+    if stall.exited:
+        return (f"{where}, which rank(s) {', '.join(map(str, stall.exited))} ended without calling: "
+                "a collective returns only once every rank has called it")
+    calls = {e.get("call") for e in waits.values()}
+    if calls == {"init_process_group"}:
+        return f"{where}: {_init_cause(world, waits)}"
+    if "mp.spawn" in calls:
+        return (f"{where}: mp.spawn inside a script that the launcher already started once per process starts "
+                "more processes that wait for peers that never come; let the launcher start the processes")
+    if len(calls) > 1:
+        return f"{where}: the ranks wait in different calls, and each call needs every rank"
+    numbers = {e.get("n") for e in waits.values()}
+    if len(numbers) > 1:
+        return f"{where}: the ranks have called it a different number of times"
+    shapes = {str(e.get("shape")) for e in waits.values()}
+    if len(shapes) > 1:
+        shown = ", ".join(f"rank {r} {e.get('shape')}" for r, e in sorted(waits.items()))
+        return f"{where}: the tensors differ in shape ({shown}), so the ranks cannot exchange them"
+    return f"{where}: every rank is waiting, and none can move"
+
+
+def _init_cause(world: WorldRun, waits: dict[int, dict]) -> str:
+    for rank, event in waits.items():
+        size = event.get("world_size")
+        if isinstance(size, int) and size != world.world_size:
+            return (f"rank {rank} passed world_size={size}, but the launcher started {world.world_size} "
+                    "process(es): it waits for peers that will never come; take the world size from the "
+                    "launcher's environment")
+        method = event.get("init_method")
+        if isinstance(method, str) and method not in ("env://",):
+            return (f"rank {rank} passed init_method={method!r}, a rendezvous the launcher did not prepare: "
+                    "call init_process_group without init_method, so that it uses MASTER_ADDR and MASTER_PORT")
+    return "the ranks wait for each other to join the group and never meet"
+
+
+def _call(event: dict) -> str:
+    call = f"{event.get('call')} #{event.get('n')}"
+    return f"{call} ({event['caller']})" if event.get("caller") else call
+
+
+def _stacks(world: WorldRun, student: Path) -> str:
+    parts = []
+    for r in world.ranks:
+        if r.exitcode is None:
+            stack = tidy_stack(r.stack, student)
+            parts.append(f"rank {r.rank} was here:\n{stack}" if stack else f"rank {r.rank} gave no stack")
+        else:
+            parts.append(f"rank {r.rank} had ended: {r.how_it_ended()}")
+    return "\n".join(parts)
+
+
+def tidy_traceback(text: str, student: Path) -> str:
+    """Drop the grader's own frames; name the student's file 'exercise cell'."""
+    lines = text.rstrip().splitlines()
+    marker = f'File "{student}"'
+    first = next((i for i, line in enumerate(lines) if marker in line), None)
+    if first is not None:
+        lines = ["Traceback (most recent call last):"] + lines[first:]
+    kept, skipping = [], False
+    for line in lines:
+        if line.startswith("  File "):
+            skipping = f"{GRADER_DIR}" in line
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept[-60:]).replace(f'"{student}"', '"exercise cell"')
+
+
+def tidy_stack(text: str, student: Path) -> str:
+    """From a faulthandler dump, the main thread's frames in the student's code, innermost first."""
+    threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text.strip())
+    main = next((t for t in threads if t.startswith("Current thread")), threads[0] if threads else "")
+    frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File")]
+    own = [f.replace(f'"{student}"', '"exercise cell"') for f in frames if str(student) in f]
+    return "\n".join("  " + f for f in (own or frames[:3]))
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,307 @@
+"""The rank host: the one process that starts a submission's ranks, inside the sandbox.
+
+The grader never runs a submission's code in its own memory. It starts this host instead
+(``python -m autograder.host``, wrapped in the sandbox when there is one), and talks to it
+with JSON lines: requests on the host's stdin, answers on its stdout.
+
+    {"op": "prepare", "imports": [...]}          import what the ranks will need, once
+    {"op": "launch", "workdir", "world_size", "nodes", "backend", "target", "limits"}
+        -> {"started": pids}, then {"exit": rank, "code": c} as each rank ends, then {"done": true}
+    {"op": "stop", "stacks": [ranks]}            ask those ranks for their Python stack, then kill all
+    {"op": "export", "path", "out"}              read a checkpoint a rank saved, write it as plain data
+
+The host has imported torch once, so each rank is *forked* from it in a few milliseconds.
+A forked rank leads a process group of its own and dies with the host; sends its output to
+``rank<N>.log`` (capped in size) and its Python stack to ``rank<N>.stack`` on SIGUSR1; sets
+the variables torchrun sets; runs the target; and leaves with ``os._exit``.
+
+Nothing the host says is trusted: it runs beside the submission, which can do anything the
+host can. The grader only takes the exit codes from it to explain failures, and reads what
+the ranks recorded as capped plain data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def main(argv: list[str]) -> int:
+    sys.stdout.write(json.dumps({"hello": os.getpid()}) + "\n")  # started: the sandbox works
+    sys.stdout.flush()
+    sandboxed = "--sandboxed" in argv
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if not sandboxed:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the ranks come back to us, to be killed
+    import torch
+
+    torch.set_num_threads(1)  # ranks are forked from here; keep OpenMP out of the parent
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # nothing printed by an import may break the protocol
+    host = Host(out, sandboxed)
+    host.serve(sys.stdin.buffer)
+    return 0
+
+
+class Host:
+    def __init__(self, out, sandboxed: bool):
+        self.out = out
+        self.sandboxed = sandboxed
+        self.ranks: dict[int, int] = {}  # pid -> rank, for the launch in progress
+        self.workdir: Path | None = None
+
+    def say(self, **message):
+        self.out.write(json.dumps(message) + "\n")
+
+    def serve(self, requests):
+        fd = requests.fileno()
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.005 if self.ranks else None)
+            if ready:
+                line = requests.readline()
+                if not line:
+                    break
+                self.handle(json.loads(line))
+            self.reap()
+        self.kill_all()
+
+    def handle(self, request: dict):
+        op = request.get("op")
+        try:
+            if op == "prepare":
+                import importlib
+
+                for name in request.get("imports", []):
+                    importlib.import_module(name)
+                self.say(prepared=True)
+            elif op == "launch":
+                self.launch(request)
+            elif op == "stop":
+                self.stop(request.get("stacks", []))
+            elif op == "export":
+                self.say(exported=export(request["path"], Path(request["out"])))
+        except Exception:
+            self.say(host_error=traceback.format_exc()[-4000:])
+
+    def launch(self, request: dict):
+        from autograder.launch import Layout
+
+        workdir = Path(request["workdir"])
+        layout = Layout(request["world_size"], request.get("nodes", 1))
+        target = make_target(request["target"])
+        port_pipes = {}
+        sys.stdout.flush()
+        for rank in range(layout.world_size):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(write_end)
+                rank_main(target, rank, layout, workdir, read_end, request)  # never returns
+            os.close(read_end)
+            try:
+                os.setpgid(pid, pid)  # the child does the same; whichever runs first wins
+            except (PermissionError, ProcessLookupError):
+                pass
+            self.ranks[pid], port_pipes[rank] = rank, write_end
+        import torch
+
+        self.store = torch.distributed.TCPStore("127.0.0.1", 0, layout.world_size, is_master=True,
+                                                wait_for_workers=False)
+        for fd in port_pipes.values():
+            os.write(fd, f"{self.store.port}\n".encode())
+            os.close(fd)
+        self.workdir = workdir
+        self.say(started={str(rank): pid for pid, rank in self.ranks.items()})
+
+    def reap(self):
+        for pid, rank in list(self.ranks.items()):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                del self.ranks[pid]
+                self.say(exit=rank, code=os.waitstatus_to_exitcode(status), t=time.time())
+                if not self.ranks:
+                    self.finish()
+
+    def finish(self):
+        self.kill_strays()
+        self.store = None
+        self.say(done=True)
+
+    def stop(self, stacks: list[int]):
+        wanted = {pid: rank for pid, rank in self.ranks.items() if rank in stacks}
+        for pid in wanted:
+            _signal(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 1.0
+        while wanted and time.monotonic() < deadline and not all(
+                _size(self.workdir / f"rank{rank}.stack") for rank in wanted.values()):
+            time.sleep(0.02)
+        time.sleep(0.05)  # let the last dump finish writing
+        self.kill_all()
+
+    def kill_all(self):
+        for pid in self.ranks:
+            _signal(-pid, signal.SIGKILL)
+            _signal(pid, signal.SIGKILL)
+        while self.ranks:
+            self.reap()
+            time.sleep(0.002)
+
+    def kill_strays(self):
+        """Whatever the ranks started and left behind: setsid'd children, daemons, orphans."""
+        if self.sandboxed:
+            _signal(-1, signal.SIGKILL)  # our own PID namespace: everything but us and its init
+        else:
+            for pid in _descendants(os.getpid()):
+                _signal(pid, signal.SIGKILL)
+        while True:  # reap what was reparented to us
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+
+
+def make_target(spec: dict):
+    from autograder import exercises, rank
+
+    student = Path(spec["student"])
+    if spec["kind"] == "script":
+        return rank.script_target(student)
+    exercise = exercises.get(spec["exercise"])
+    return rank.function_target(student, exercise.harness, spec.get("params", {}))
+
+
+def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: dict):
+    from autograder.launch import torchrun_environment
+
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _limit(request.get("limits", {}), request.get("backend", "gloo"))
+        log = os.open(workdir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        stack_file = open(workdir / f"rank{rank}.stack", "w")
+        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+        faulthandler.enable(file=sys.stderr, all_threads=False)  # a fatal signal leaves its stack in the log
+        port = int(os.read(port_fd, 64).decode().strip() or 0)
+        os.close(port_fd)
+        os.environ.update(torchrun_environment(layout, rank, port, request.get("backend") == "nccl"))
+        os.chdir(workdir)
+        import torch
+
+        torch.set_num_threads(1)
+        target(rank, layout)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _limit(limits: dict, backend: str):
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("file_mb"):
+        size = int(limits["file_mb"]) << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    if limits.get("memory_mb") and backend != "nccl":  # CUDA reserves far more address space than it uses
+        size = int(limits["memory_mb"]) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    if limits.get("processes") and os.geteuid() != 0:  # root is not held to RLIMIT_NPROC
+        n = int(limits["processes"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+
+def export(path: str, out: Path) -> dict:
+    """A checkpoint as plain data: ``out``.npz holds its tensors; the answer says what it held."""
+    import numpy as np
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        return {"error": "missing"}
+    except Exception as exc:
+        return {"error": f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+    if not isinstance(state, dict):
+        return {"type": type(state).__name__}
+    arrays = {}
+    keys = []
+    for key, value in state.items():
+        keys.append(str(key))
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+            arrays[f"a{len(arrays)}"] = value.detach().double().numpy()
+    names = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point]
+    np.savez(out, **arrays)
+    return {"type": "dict", "keys": keys[:1000], "tensors": [str(k) for k in names][:1000]}
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _prctl(option: int, value: int):
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value, 0, 0, 0)
+    except OSError:
+        pass  # not Linux: the grader's own cleanup still kills every rank
+
+
+def _signal(pid: int, sig: int):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
