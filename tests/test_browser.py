@@ -1,0 +1,259 @@
+"""A student's session in a real JupyterLab, driven through headless Chromium.
+
+JupyterLab runs from .venv on a loopback port the OS picks, with a token, in a temporary root
+holding copies of the lesson and the exercise notebook (the repository's are never touched),
+with its own settings, workspace, runtime and temporary directories. The test runs the lesson
+top to bottom, then answers exercise 2.4 wrongly and rightly and reads the report each time,
+as the student would. Screenshots go to tests/.screenshots/ (git-ignored). At the end JupyterLab
+shuts down and every process it started (kernels, the grader, its ranks) must be gone.
+
+    .venv/bin/python -m pytest -m browser        # only the browser tests
+
+Needs the Python package playwright (the test extra) and a Chromium on PATH (Debian: apt-get
+install chromium); never `playwright install`. Skipped, saying which is missing, without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+if CHROMIUM is None:
+    pytest.skip("no Chromium on PATH (Debian: apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install -e '.[test]')")
+
+JUPYTER = Path(sys.executable).with_name("jupyter")
+LESSON = "02_ddp_basics.ipynb"
+SHOTS = ROOT / "tests" / ".screenshots"
+SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
+HEADLINE = re.compile(r"Exercise 2\.4 \(.*?\): (\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) points")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def descendants(pid: int) -> set[int]:
+    """Live processes under `pid`, from ps."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        child, parent, stat = line.split()
+        if not stat.startswith("Z"):
+            children.setdefault(int(parent), []).append(int(child))
+    found, stack = set(), [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.add(child)
+            stack.append(child)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    out = subprocess.run(["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))], capture_output=True,
+                         text=True).stdout if pids else ""
+    return {int(pid) for pid, stat in (line.split() for line in out.splitlines()) if not stat.startswith("Z")}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """(base URL, token, root dir) of a JupyterLab serving copies of the notebooks."""
+    home = tmp_path_factory.mktemp("lab")
+    root = home / "root"
+    (root / "lessons").mkdir(parents=True)
+    (root / "exercises").mkdir()
+    shutil.copy(ROOT / "lessons" / LESSON, root / "lessons")
+    shutil.copy(ROOT / "exercises" / LESSON, root / "exercises")
+    settings = {  # every cell in the page, not only those scrolled into view; no pop-up asking about news
+        "notebook-extension/tracker": {"windowingMode": "none"},
+        "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    }
+    for name, values in settings.items():
+        path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    for name in ("config", "data", "runtime", "tmp", "workspaces"):
+        (home / name).mkdir()
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_DATA_DIR": str(home / "data"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "TMPDIR": str(home / "tmp")}
+    port, token = free_port(), secrets.token_hex(16)
+    log = (home / "lab.log").open("w")
+    server = subprocess.Popen(
+        [str(JUPYTER), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI runs as root
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    originals = {path: path.read_bytes() for path in (ROOT / "lessons" / LESSON, ROOT / "exercises" / LESSON)}
+    try:
+        wait_for_server(url, token, server, home / "lab.log")
+        yield url, token, root
+    finally:
+        shut_down(server, url, token)
+        log.close()
+    assert all(path.read_bytes() == data for path, data in originals.items()), "a repository notebook changed"
+
+
+def wait_for_server(url: str, token: str, server: subprocess.Popen, log: Path, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"JupyterLab exited with status {server.returncode}:\n{log.read_text()}")
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+            return
+        except OSError:
+            time.sleep(0.3)
+    pytest.fail(f"JupyterLab did not answer within {limit:g} s:\n{log.read_text()}")
+
+
+def shut_down(server: subprocess.Popen, url: str, token: str) -> None:
+    """Shut JupyterLab down (it stops its kernels), then make sure nothing it started is left."""
+    started = descendants(server.pid)  # kernels run in sessions of their own: not in the server's group
+    try:
+        if server.poll() is None:
+            request = urllib.request.Request(f"{url}/api/shutdown", method="POST",
+                                             headers={"Authorization": f"token {token}"})
+            urllib.request.urlopen(request, timeout=10)
+            server.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    deadline = time.monotonic() + 10
+    while alive(started) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = alive(started)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes JupyterLab started were still running after it shut down: {sorted(left)}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        # --no-sandbox: Chromium's own sandbox refuses to run as root (CI runs as root)
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    SHOTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    yield page
+    context.close()
+
+
+def open_notebook(page, lab, path: str):
+    url, token, _ = lab
+    page.goto(f"{url}/lab/tree/{path}?token={token}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    wait_idle(page)  # the kernel has started: running a cell before would ask which kernel to use
+
+
+def wait_idle(page, limit: float = 240_000):
+    """Until the status bar says the kernel is idle and no cell waits to run ([*])."""
+    page.wait_for_function(
+        r"""() => {
+            const status = document.querySelector('#jp-main-statusbar');
+            const busy = [...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'));
+            return status && /ipykernel\) \| Idle/.test(status.innerText) && !busy;
+        }""", timeout=limit)
+
+
+def menu(page, top: str, item: str):
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{top}$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
+
+
+def code_cell(page, first_line: str):
+    """The code cell whose source starts with `first_line`."""
+    cells = page.locator(".jp-CodeCell")
+    for i in range(cells.count()):
+        if cells.nth(i).locator(".cm-content").inner_text().startswith(first_line):
+            return cells.nth(i)
+    raise AssertionError(f"no cell starts with {first_line!r}")
+
+
+def run_cell(page, cell, source: str | None = None):
+    """Put `source` in the cell (when given) and run it with Shift+Enter, as a student does."""
+    cell.locator(".cm-content").click()
+    if source is not None:
+        page.keyboard.press("Control+A")
+        page.keyboard.press("Delete")
+        page.keyboard.insert_text(source)  # pasted, not typed: no auto-indent, no closing brackets
+    page.keyboard.press("Shift+Enter")
+
+
+def report_of(check_cell) -> tuple[str, float, float]:
+    """The report a check cell shows: its text, the points earned and the points possible."""
+    report = check_cell.locator(".autograder-report")
+    report.wait_for(timeout=240_000)
+    text = report.inner_text()
+    match = HEADLINE.search(text)
+    assert match, f"no 'Exercise 2.4 (...): X/Y points' headline in the report:\n{text}"
+    return text, float(match.group(1)), float(match.group(2))
+
+
+def test_lesson_runs_in_jupyterlab(lab, page):
+    open_notebook(page, lab, f"lessons/{LESSON}")
+    menu(page, "Run", "Run All Cells")
+    page.wait_for_timeout(500)
+    wait_idle(page)
+    page.locator(".jp-CodeCell").first.scroll_into_view_if_needed()
+    page.screenshot(path=SHOTS / "lesson.png")
+    prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+    assert prompts and all(re.search(r"\[\d+\]", p) for p in prompts), f"cells not run: {prompts}"
+    # an exception, like anything written to stderr, shows with the stderr mime type
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert errors.count() == 0, errors.all_inner_texts()
+    assert not [t for t in page.locator(".jp-OutputArea-output").all_inner_texts() if "Traceback" in t]
+
+
+def test_exercise_report_in_jupyterlab(lab, page):
+    open_notebook(page, lab, f"exercises/{LESSON}")
+    run_cell(page, code_cell(page, "%load_ext autograder"))
+    wait_idle(page)
+    exercise = code_cell(page, "%%exercise 2.4")
+    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("2.4"'))
+
+    wrong = (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()
+    run_cell(page, exercise, f"%%exercise 2.4\n{wrong}")
+    run_cell(page, check)
+    text, earned, possible = report_of(check)
+    check.screenshot(path=SHOTS / "exercise_2_4_wrong.png")
+    assert earned < possible, text
+    failed = check.locator("tr", has_text="accuracy equals the single-process accuracy")
+    assert "failed" in failed.inner_text() and "Hint" in failed.inner_text(), text
+
+    right = (SUBMISSIONS / "correct_blocks.py").read_text()
+    run_cell(page, exercise, f"%%exercise 2.4\n{right}")
+    run_cell(page, check)
+    page.wait_for_function("cell => !cell.innerText.includes('Hint')", arg=check.element_handle(), timeout=240_000)
+    text, earned, possible = report_of(check)
+    check.screenshot(path=SHOTS / "exercise_2_4_right.png")
+    assert earned == possible, text
+    assert "Hint" not in text
