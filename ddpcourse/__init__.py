@@ -6,6 +6,7 @@ single-process reference bit for bit (up to float rounding).
 """
 
 from ddpcourse.data import toy_dataset
+from ddpcourse.devices import pick
 from ddpcourse.models import TinyNet, make_model
 
-__all__ = ["toy_dataset", "TinyNet", "make_model"]
+__all__ = ["toy_dataset", "TinyNet", "make_model", "pick"]
