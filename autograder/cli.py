@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from autograder import exercises
@@ -27,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m autograder", description="Grade the course's DDP exercises on real processes.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print the exercise ids, one a line")
-    sub.add_parser("serve", help="grade requests read from stdin, one JSON line each (the notebook's grader)")
+    serve = sub.add_parser("serve", help="grade requests read from stdin, one JSON line each (the notebook's grader)")
+    serve.add_argument("--root", required=True, help="the work directory the notebook made for this grader")
     g = sub.add_parser("grade", help="grade an exercise, or every exercise in a notebook (grade all PATH)")
     g.add_argument("exercise", help="an exercise id, e.g. 2.3 (`list` shows them), or all: every exercise in PATH")
     g.add_argument("path", help="a .py file, or a notebook whose cell starts with `%%%%exercise ID`")
@@ -36,16 +38,29 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of the data the harness gives the code")
     g.add_argument("--timeout", type=float, default=None, help="seconds allowed per launch")
     g.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="force a backend")
+    g.add_argument("--sandbox", choices=("auto", "required", "off"), default=None,
+                   help="run the submission in the sandbox: where it works (auto, the default), or refuse "
+                        "to grade without it (required), or never (off)")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A stopped grader still cleans up: SIGTERM unwinds like Ctrl-C, through every `finally`
+    # that stops the ranks and removes the work directory.
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        print("autograder: interrupted; the ranks were stopped", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `... | head` closed our stdout: nothing left to say
         sys.stderr.close()
         return 1
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _main(argv: list[str] | None) -> int:
@@ -54,9 +69,11 @@ def _main(argv: list[str] | None) -> int:
         print("\n".join(exercises.ids()))
         return 0
     if args.command == "serve":
+        from pathlib import Path
+
         from autograder.server import serve
 
-        return serve()
+        return serve(Path(args.root))
     from autograder.engine import grade  # imports torch: only when grading
 
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -64,7 +81,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         reports = [
             grade(ex, args.path, args.world_sizes, seed=args.seed, timeout=args.timeout, backend=args.backend,
-                  progress=progress)
+                  sandbox_setting=args.sandbox, progress=progress)
             for ex in ids
         ]
     except UsageError as exc:

@@ -27,53 +27,48 @@ def describe_problem(worlds: list[WorldRun], student: Path) -> str:
 
 
 def summary(world: WorldRun) -> str:
-    """One line saying why this launch did not complete."""
+    """One line saying why this launch did not complete: a crash first, then a deadlock, then the time limit."""
     head = f"world size {world.world_size}"
     if world.host_failure:
-        return f"{head}: the grader lost the ranks ({world.host_failure.splitlines()[0][:300]})"
-    if world.stall is not None:
-        return f"{head}: deadlock: {_deadlock_cause(world)}"
+        return f"{head}: the grader lost the ranks: {world.host_failure.splitlines()[0][:300]}"
+    culprit = world.culprit()
+    if culprit is not None:
+        line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"
+        victims = [r.rank for r in world.ranks if r is not culprit and not r.ok]
+        return line + (f"; rank(s) {', '.join(map(str, victims))} failed or were stopped because it was gone"
+                       if victims else "")
     abandoned = world.abandoned()
     if abandoned is not None:
         call = abandoned.pending_collective()
-        gone = [o.rank for o in world.ranks if o.ok]
-        return (f"{head}: rank {abandoned.rank} hung in {call['op']} ({call['caller']}), "
-                f"which rank(s) {', '.join(map(str, gone))} finished without calling")
+        pending = abandoned.pending_call() or {"call": call.get("op"), "n": "?", "caller": call.get("caller")}
+        return f"{head}: deadlock: rank {abandoned.rank} in {_call(pending)}, {_left_alone(world, abandoned.rank, pending)}"
+    if world.stall is not None:
+        return f"{head}: deadlock: {_deadlock_cause(world)}"
     if world.timed_out:
         running = [r.rank for r in world.ranks if r.exitcode is None]
         return (f"{head}: rank(s) {', '.join(map(str, running))} still running at the time limit of "
                 f"{world.timeout:g} s, while not waiting for any other rank (still computing, or waiting on "
                 "something that is not a collective)")
-    culprit = world.culprit()
-    if culprit is None:
-        tampered = next((r for r in world.ranks if r.exitcode == 0 and not r.finished), None)
-        if tampered is not None:
-            return f"{head}: rank {tampered.rank} {tampered.how_it_ended()}"
-        return f"{head} completed"
-    line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"
-    victims = world.victims()
-    if victims:
-        line += f"; then rank(s) {', '.join(str(v.rank) for v in victims)} failed because it was gone"
-    return line
+    odd = next((r for r in world.ranks if not r.ok), None)
+    return f"{head}: rank {odd.rank} {odd.how_it_ended()}" if odd else f"{head} completed"
 
 
 def _body(world: WorldRun, student: Path) -> str:
     if world.host_failure:
         return ""
+    culprit = world.culprit()
+    if culprit is not None:
+        if culprit.error:
+            return tidy_traceback(culprit.error, student)
+        stack = tidy_stack(culprit.output, student)  # faulthandler prints a fatal signal's stack to stderr
+        if culprit.exitcode is not None and culprit.exitcode < 0 and stack:
+            return f"Where it was:\n{stack}"
+        return "Its last output:\n" + (_tail(culprit.output) or "(none)")
+    if world.abandoned() is not None:
+        return ABANDONED
     if world.stall is not None or world.timed_out:
         return _stacks(world, student)
-    abandoned = world.abandoned()
-    if abandoned is not None:
-        return ABANDONED
-    culprit = world.culprit()
-    if culprit is None:
-        return ""
-    if culprit.error:
-        return tidy_traceback(culprit.error, student)
-    if culprit.exitcode is not None and culprit.exitcode < 0:
-        stack = tidy_stack(culprit.output, student)  # faulthandler prints a fatal signal's stack to stderr
-        return f"Where it was:\n{stack}" if stack else "Its last output:\n" + _tail(culprit.output)
-    return "Its last output:\n" + (_tail(culprit.output) or "(none)")
+    return ""
 
 
 def _deadlock_cause(world: WorldRun) -> str:
@@ -81,8 +76,8 @@ def _deadlock_cause(world: WorldRun) -> str:
     waits = {rank: event for rank, event in stall.waiting.items()}
     where = ", ".join(f"rank {r} in {_call(e)}" for r, e in sorted(waits.items()))
     if stall.exited:
-        return (f"{where}, which rank(s) {', '.join(map(str, stall.exited))} ended without calling: "
-                "a collective returns only once every rank has called it")
+        rank, event = min(waits.items())
+        return f"{where}; {_left_alone(world, rank, event)}"
     calls = {e.get("call") for e in waits.values()}
     if calls == {"init_process_group"}:
         return f"{where}: {_init_cause(world, waits)}"
@@ -99,6 +94,22 @@ def _deadlock_cause(world: WorldRun) -> str:
         shown = ", ".join(f"rank {r} {e.get('shape')}" for r, e in sorted(waits.items()))
         return f"{where}: the tensors differ in shape ({shown}), so the ranks cannot exchange them"
     return f"{where}: every rank is waiting, and none can move"
+
+
+def _left_alone(world: WorldRun, rank: int, pending: dict) -> str:
+    """Why ``rank`` still waits in ``pending`` after the others ended: they never called it, or called it differently."""
+    others = [r for r in world.ranks if r.rank != rank and r.exitcode is not None]
+    same = {r.rank: e for r in others for e in r.of("enter")
+            if e.get("call") == pending.get("call") and e.get("n") == pending.get("n")}
+    never = [r.rank for r in others if r.rank not in same]
+    if never:
+        return (f"which rank(s) {', '.join(map(str, never))} ended without calling: a collective returns only "
+                "once every rank has called it")
+    shapes = {r: e.get("shape") for r, e in same.items()}
+    if any(s != pending.get("shape") for s in shapes.values()):
+        shown = ", ".join(f"rank {r} {s}" for r, s in sorted({**shapes, rank: pending.get("shape")}.items()))
+        return f"which the other ranks called with tensors of other shapes ({shown}): the ranks cannot exchange them"
+    return "which the other ranks called too, then ended: they did not wait for this rank"
 
 
 def _init_cause(world: WorldRun, waits: dict[int, dict]) -> str:

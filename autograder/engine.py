@@ -108,11 +108,10 @@ def grade(
     root = Path(tempfile.mkdtemp(prefix="autograder-")) if own_host else Path(tempfile.mkdtemp(dir=host.root))
     try:
         if own_host:  # it imports torch while this process does the same
-            host, sandbox_note = start_host(root, mode, _hidden(Path(path)))
+            host, sandbox_note = start_host(root, mode, hidden_from_ranks(Path(path)))
         exercise = exercises.get(exercise_id)  # imports torch
         sizes = sorted(set(world_sizes or exercise.world_sizes))
-        host.send(op="prepare", imports=list(exercise.warm_imports))
-        host.prepared = False
+        host.prepare(exercise.warm_imports)
         student = source.write_module(code, root)
         problem = source.compile_problem(student, exercise.entry)
         if problem:
@@ -125,12 +124,12 @@ def grade(
     finally:
         if own_host and host is not None:
             host.close()
-        _remove(root)
+        remove_tree(root)
     report.elapsed = time.monotonic() - start
     return report
 
 
-def _hidden(path: Path) -> list[Path]:
+def hidden_from_ranks(path: Path) -> list[Path]:
     """Directories the ranks must not see: where the student works, and the course itself."""
     course = Path(__file__).resolve().parent.parent
     return [Path.cwd(), path.resolve().parent, course]
@@ -199,7 +198,7 @@ def _not_started_text(exercise) -> str:
             "in the exercise cell with your code, then check it again.")
 
 
-def _remove(root: Path):
+def remove_tree(root: Path):
     """The work directory, whatever the ranks did to its permissions."""
     def unlock(function, path, _):
         try:

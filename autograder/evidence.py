@@ -118,15 +118,11 @@ class WorldRun:
         return next((r for r in self.ranks if r.error and r.pending_collective()), None)
 
     def culprit(self) -> RankRecord | None:
-        """The rank whose own failure came first; ranks that failed because it was gone are victims."""
-        failed = [r for r in self.ranks if not r.ok and r.exitcode is not None]
-        failed.sort(key=lambda r: (r.order is None, r.order if r.order is not None else 0))
-        own = [r for r in failed if not r.peer_gone]
-        return (own or failed or [None])[0]
-
-    def victims(self) -> list[RankRecord]:
-        first = self.culprit()
-        return [r for r in self.ranks if r is not first and not r.ok and r.exitcode is not None]
+        """The first rank to end by a failure of its own; ranks that failed because it was gone are victims."""
+        own = [r for r in self.ranks if r.exitcode is not None and not r.ok and not r.peer_gone
+               and not (r.exitcode == 0 and r.finished)]
+        own.sort(key=lambda r: r.order if r.order is not None else len(self.ranks))
+        return own[0] if own else None
 
 
 def load(launch: LaunchResult) -> WorldRun:
@@ -151,6 +147,8 @@ def _rank(folder: files.Folder, launch: LaunchResult, exit) -> RankRecord:
     rec.result = data.get("result")
     tampered = data.get("tampered")
     rec.tampered = [str(t) for t in tampered] if isinstance(tampered, list) else ["the trace"]
+    if data.get("events_sha256") != launch.events_sha256.get(exit.rank):
+        rec.tampered.append("the event log was written to by the submission")
     labels = data.get("snapshot_labels")
     if isinstance(labels, list) and labels:
         array = folder.read_array(f"rank{exit.rank}.snapshots.npy")

@@ -10,6 +10,7 @@ text keeps its head and its tail.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -104,6 +105,7 @@ class Tail:
         self.offset = 0
         self.partial = b""
         self.overflow = False  # the rank wrote more than EVENTS_LIMIT: the rest is ignored
+        self.digest = hashlib.sha256()  # of the bytes read: the rank's recorder says what it wrote
 
     def read(self) -> list[dict]:
         if self.fd is None:
@@ -114,6 +116,7 @@ class Tail:
             return []
         chunk = os.pread(self.fd, min(1 << 20, EVENTS_LIMIT - self.offset), self.offset)
         self.offset += len(chunk)
+        self.digest.update(chunk)
         if self.offset >= EVENTS_LIMIT:
             self.overflow = True
         lines = (self.partial + chunk).split(b"\n")
@@ -130,12 +133,10 @@ class Tail:
                 events.append(event)
         return events
 
-    def __del__(self):
+    def close(self):
         if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
+            os.close(self.fd)
+            self.fd = None
 
 
 def _read(fd: int, size: int) -> bytes:

@@ -67,14 +67,20 @@ class Host:
         self.out.write(json.dumps(message) + "\n")
 
     def serve(self, requests):
-        fd = requests.fileno()
+        fd, pending = requests.fileno(), b""
         while True:
+            # Read the descriptor itself: a buffered readline could take two requests at once and
+            # leave the second where select() never sees it.
             ready, _, _ = select.select([fd], [], [], 0.005 if self.ranks else None)
             if ready:
-                line = requests.readline()
-                if not line:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
                     break
-                self.handle(json.loads(line))
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.strip():
+                        self.handle(json.loads(line))
             self.reap()
         self.kill_all()
 
@@ -235,7 +241,7 @@ def _limit(limits: dict, backend: str):
     if limits.get("memory_mb") and backend != "nccl":  # CUDA reserves far more address space than it uses
         size = int(limits["memory_mb"]) << 20
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
-    if limits.get("processes") and os.geteuid() != 0:  # root is not held to RLIMIT_NPROC
+    if limits.get("processes"):
         n = int(limits["processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 

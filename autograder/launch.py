@@ -88,6 +88,7 @@ class LaunchResult:
     timed_out: bool = False  # the wall-clock limit passed
     host_failure: str = ""  # the rank host died or spoke nonsense
     events: dict[int, list[dict]] = field(default_factory=dict)
+    events_sha256: dict[int, str] = field(default_factory=dict)  # of each rank's event file as read
 
     @property
     def world_size(self) -> int:
@@ -125,7 +126,9 @@ def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -
     return env
 
 
-LIMITS = {"memory_mb": 6144, "file_mb": 256, "processes": 2048}
+# Per rank: address space (CPU ranks only), size of any file written, and processes of the
+# sandbox's user (threads count too: a rank with gloo runs a few dozen).
+LIMITS = {"memory_mb": 6144, "file_mb": 256, "processes": 512}
 MESSAGE_LIMIT = 1 << 20  # bytes of one line from the host
 
 
@@ -141,13 +144,15 @@ class RankHost:
         self.sandbox = sandbox
         command = [sys.executable, "-m", "autograder.host"] + (["--sandboxed"] if sandbox else [])
         if sandbox:
+            self.sandbox = sandbox = sandbox.fresh()
             sandbox.own(root)
             command = sandbox.wrap(command, root, list(hide))
         self.errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
                                      start_new_session=True, cwd=root)
         self.buffer = b""
-        self.prepared = False
+        self.unprepared = 0  # prepare requests not yet answered
+        self.prepare(())
 
     def started(self, timeout: float = 30.0):
         """Wait until the host runs (inside the sandbox: the sandbox works); HostFailed if it does not."""
@@ -189,12 +194,17 @@ class RankHost:
             raise HostFailed(str(message["host_error"])[-2000:])
         return message
 
+    def prepare(self, imports):
+        """Have the host import these modules once, before it forks ranks that need them."""
+        self.send(op="prepare", imports=list(imports))
+        self.unprepared += 1
+
     def wait_ready(self, timeout: float = 120.0):
-        while not self.prepared:
+        while self.unprepared:
             message = self.receive(timeout)
             if message is None:
-                raise HostFailed(f"the rank host did not start within {timeout:g} s")
-            self.prepared = bool(message.get("prepared"))
+                raise HostFailed(f"the rank host did not get ready within {timeout:g} s")
+            self.unprepared -= bool(message.get("prepared"))
 
     def why_dead(self) -> str:
         try:
@@ -202,8 +212,14 @@ class RankHost:
         except subprocess.TimeoutExpired:
             return "the rank host stopped answering"
         self.errors.seek(0)
-        said = self.errors.read()[-4000:].decode(errors="replace").strip()
-        return f"the rank host ended (exit code {self.proc.returncode})" + (f": {said}" if said else "")
+        said = [line for line in self.errors.read()[-4000:].decode(errors="replace").splitlines()
+                if line.strip() and "[c10d]" not in line]
+        code = self.proc.returncode
+        how = (f"was killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+               else f"ended with exit code {code}")
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            how = "was killed (SIGKILL): did the submission kill the processes it could see?"
+        return f"the process that ran the ranks {how}" + (f" ({said[-1][:300]})" if said else "")
 
     def export(self, path: str, out: Path) -> dict:
         self.send(op="export", path=path, out=str(out))
@@ -251,7 +267,7 @@ class RankHost:
         watch = Watch(layout.world_size, folder)
         try:
             self.send(op="launch", workdir=str(workdir), world_size=layout.world_size, nodes=layout.nodes,
-                      backend=backend, target=target, limits=limits or LIMITS)
+                      backend=backend, target=target, limits=self._limits(limits or LIMITS))
             self._watch(watch, result, start, timeout, quiet)
         except HostFailed as exc:
             result.host_failure = str(exc)
@@ -263,8 +279,16 @@ class RankHost:
             for r in range(layout.world_size)
         ]
         result.events = watch.events
+        result.events_sha256 = {r: tail.digest.hexdigest() for r, tail in watch.tails.items() if not tail.overflow}
+        for tail in watch.tails.values():
+            tail.close()
         folder.close()
         return result
+
+    def _limits(self, limits: dict) -> dict:
+        """The process limit counts every process of the user: only for a user of the sandbox's own."""
+        own_user = self.sandbox is not None and self.sandbox.drop_privileges
+        return {k: v for k, v in limits.items() if k != "processes" or own_user}
 
     def _watch(self, watch: Watch, result: LaunchResult, start: float, timeout: float, quiet: float):
         done = False

@@ -5,13 +5,17 @@ torch._dynamo (about 2 s more) before it launches a single rank; the launches th
 take a fraction of a second. A student re-runs a check cell many times, so the notebook
 keeps one grader process alive per kernel and sends it every check:
 
-    python -m autograder serve
+    python -m autograder serve --root DIR
 
 reads one JSON request a line on stdin, ``{"exercise", "path", "seed", "world_sizes"}``,
 and answers each with one JSON line on stdout: ``{"report": {...}}``, or
 ``{"usage_error": "..."}``, or ``{"crash": "..."}`` when the grader itself failed.
-The student's code never runs in this process: ranks are forked from it, as from the
-command line. It dies with the kernel that started it.
+
+The student's code never runs in this process. It keeps one rank host (launch.py) warm for
+this kernel, in the sandbox, and starts a new one whenever the last one was lost. That host
+serves this student's checks only: another kernel, another student, has its own. DIR, made
+by the kernel, is the host's work directory; the kernel removes it when it stops the server,
+and a server removes those of servers that died without cleaning up. It dies with the kernel.
 """
 
 from __future__ import annotations
@@ -29,30 +33,63 @@ import traceback
 from pathlib import Path
 
 
-def serve() -> int:
-    from autograder.launch import _die_with_parent
+def serve(root: Path) -> int:
+    from autograder.host import PR_SET_PDEATHSIG, _prctl
 
-    _die_with_parent()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     from autograder import engine
     from autograder.source import UsageError
 
+    remove_stale_roots(root.parent)
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not break the protocol
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line)
-            report = engine.grade(request["exercise"], request["path"], request.get("world_sizes"),
-                                  seed=request.get("seed", 0))
-            answer = {"report": report.to_dict()}
-        except UsageError as exc:
-            answer = {"usage_error": str(exc)}
-        except Exception:
-            answer = {"crash": traceback.format_exc()}
-        out.write(json.dumps(answer) + "\n")
-        out.flush()
+    host, note = None, ""
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+                if host is None or host.proc.poll() is not None:
+                    if host is not None:
+                        host.close()
+                    host, note = engine.start_host(root, engine.sandbox_mode(), engine.hidden_from_ranks(
+                        Path(request["path"])))
+                report = engine.grade(request["exercise"], request["path"], request.get("world_sizes"),
+                                      seed=request.get("seed", 0), host=host, sandbox_note=note)
+                answer = {"report": report.to_dict()}
+            except UsageError as exc:
+                answer = {"usage_error": str(exc)}
+            except Exception:
+                answer = {"crash": traceback.format_exc()}
+            out.write(json.dumps(answer) + "\n")
+            out.flush()
+    finally:
+        if host is not None:
+            host.close()
     return 0
+
+
+ROOT_PREFIX = "autograder-kernel-"
+
+
+def new_root() -> Path:
+    """The work directory of one kernel's grader; its name carries the kernel's pid."""
+    return Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-"))
+
+
+def remove_stale_roots(parent: Path):
+    """Work directories of kernels that are gone (killed before they could clean up)."""
+    from autograder.engine import remove_tree
+
+    for path in parent.glob(f"{ROOT_PREFIX}*"):
+        try:
+            pid = int(path.name.removeprefix(ROOT_PREFIX).split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        except (ValueError, PermissionError):
+            continue
 
 
 class WarmGrader:
@@ -60,10 +97,8 @@ class WarmGrader:
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
-        handle, name = tempfile.mkstemp(prefix="autograder-server-", suffix=".log")
-        os.close(handle)
-        self.log = Path(name)
-        atexit.register(self.close)
+        self.root: Path | None = None
+        atexit.register(self.stop)
 
     def ask(self, request: dict, limit: float) -> tuple[dict | None, str]:
         """The server's answer, or None and what went wrong."""
@@ -81,23 +116,27 @@ class WarmGrader:
         return json.loads(line), ""
 
     def stop(self):
+        """Stop the server (its rank host dies with it) and remove its work directory and log."""
         if self.proc is not None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the server and every rank it forked
+                os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait()
             self.proc = None
+        if self.root is not None:
+            from autograder.engine import remove_tree
 
-    def close(self):
-        """Stop the server and remove its log: when the kernel exits."""
-        self.stop()
-        self.log.unlink(missing_ok=True)
+            remove_tree(self.root)
+            self.log.unlink(missing_ok=True)
+            self.root = None
 
     def _start(self):
-        with open(self.log, "ab") as log:  # the child keeps its own copy of the descriptor
+        self.root = new_root()
+        self.log = Path(f"{self.root}.log")
+        with open(self.log, "wb") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autograder", "serve"],
+                [sys.executable, "-m", "autograder", "serve", "--root", str(self.root)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True, cwd=tempfile.gettempdir(),
             )

@@ -1,32 +1,51 @@
-"""The launcher: torchrun's environment, a rendezvous per launch, hangs, timeouts, cleanup."""
+"""The launcher: torchrun's environment, a rendezvous per launch, deadlocks told from slow work, cleanup."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
+import textwrap
 
-import torch.distributed as dist
+import pytest
 
-from autograder.launch import Layout, launch
+from autograder import diagnosis, evidence
+from autograder.engine import start_host
+from autograder.launch import Layout
 
 
-def _env_target(rank, layout):
+@pytest.fixture
+def host(tmp_path, no_leftover_processes):
+    """A rank host for the test, in the sandbox where this machine has one."""
+    running, _ = start_host(tmp_path, "auto", hide=[])
+    yield running
+    running.close()
+
+
+def run(host, tmp_path, name: str, code: str, layout: Layout, **kwargs):
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(code))
+    script.chmod(0o644)
+    return host.launch({"kind": "script", "student": str(script)}, layout, tmp_path / name, **kwargs)
+
+
+ENVIRONMENT = """
+    import os
+    import torch.distributed as dist
     names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
     print(" ".join(f"{n}={os.environ[n]}" for n in names))
     dist.init_process_group("gloo")
     dist.barrier()
     dist.destroy_process_group()
+"""
 
 
 def _fields(output: str) -> dict[str, str]:
-    return dict(item.split("=") for item in output.split())
+    return dict(item.split("=") for item in output.splitlines()[0].split())
 
 
-def test_ranks_get_torchruns_environment_and_their_own_rendezvous(tmp_path, no_leftover_processes):
-    first = launch(_env_target, Layout(4, nodes=2), tmp_path / "a")
-    second = launch(_env_target, Layout(4, nodes=2), tmp_path / "b")
+def test_ranks_get_torchruns_environment_and_their_own_rendezvous(host, tmp_path):
+    first = run(host, tmp_path, "a", ENVIRONMENT, Layout(4, nodes=2))
+    second = run(host, tmp_path, "b", ENVIRONMENT, Layout(4, nodes=2))
     assert [r.exitcode for r in first.ranks] == [0, 0, 0, 0]
     seen = [_fields(r.output) for r in first.ranks]
     assert [s["RANK"] for s in seen] == ["0", "1", "2", "3"]
@@ -36,54 +55,67 @@ def test_ranks_get_torchruns_environment_and_their_own_rendezvous(tmp_path, no_l
     assert _fields(second.ranks[0].output)["MASTER_PORT"] != seen[0]["MASTER_PORT"]
 
 
-def _rank0_waits_forever(rank, layout):
-    dist.init_process_group("gloo")
-    dist.barrier()  # all connected, so that the others' exit cannot break rank 0's start
-    if rank == 0:
-        time.sleep(600)  # stands for a collective the other ranks never call
-    dist.destroy_process_group()
+def test_a_rank_left_waiting_in_a_collective_is_a_deadlock_within_seconds(host, tmp_path):
+    result = run(host, tmp_path, "stuck", """
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        dist.barrier()
+        if dist.get_rank() == 0:
+            dist.all_reduce(torch.ones(3))  # the others never call it
+    """, Layout(3), timeout=60)
+    assert not result.timed_out and result.elapsed < 15
+    assert [r.exitcode for r in result.ranks][1:] == [0, 0]
+    # gloo either keeps rank 0 waiting (the grader stops it) or raises once the peers' sockets close
+    summary = diagnosis.summary(evidence.load(result))
+    assert "deadlock: rank 0 in all_reduce #1 (stuck.py line 6" in summary, summary
+    assert "rank(s) 1, 2 ended without calling" in summary
 
 
-def test_a_rank_left_waiting_is_reported_as_a_hang_within_seconds(tmp_path, no_leftover_processes):
-    result = launch(_rank0_waits_forever, Layout(3), tmp_path, grace=2.0, timeout=60)
-    assert result.hung and not result.timed_out
-    assert result.elapsed < 10
-    assert [r.exitcode for r in result.ranks] == [None, 0, 0]
-    assert "_rank0_waits_forever" in result.ranks[0].stack
-    assert "test_launch.py" in result.ranks[0].stack
+def test_a_rank_still_computing_is_waited_for_not_called_hung(host, tmp_path):
+    result = run(host, tmp_path, "slow", """
+        import time, torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        dist.barrier()
+        if dist.get_rank() == 0:
+            time.sleep(4)  # a long evaluation on rank 0 only, longer than any grace period
+            print("rank 0 evaluated")
+        dist.barrier()
+        dist.destroy_process_group()
+    """, Layout(2), timeout=60, quiet=1.0)
+    assert result.stall is None and not result.timed_out
+    assert [r.exitcode for r in result.ranks] == [0, 0]
 
 
-def _everyone_waits(rank, layout):
-    time.sleep(600)
-
-
-def test_the_wall_clock_limit_stops_ranks_and_keeps_their_stacks(tmp_path, no_leftover_processes):
-    result = launch(_everyone_waits, Layout(2), tmp_path, timeout=1.5)
+def test_the_wall_clock_limit_stops_ranks_and_keeps_their_stacks(host, tmp_path):
+    result = run(host, tmp_path, "forever", "import time\ntime.sleep(600)\n", Layout(2), timeout=1.5)
     assert result.timed_out
-    assert all(r.exitcode is None and "_everyone_waits" in r.stack for r in result.ranks)
+    assert all(r.exitcode is None and "forever.py" in r.stack for r in result.ranks)
 
 
-def _raises_on_rank1(rank, layout):
-    print(f"rank {rank} starting")
-    if rank == 1:
-        raise ValueError("boom on rank 1")
-    time.sleep(600)
-
-
-def test_a_crash_stops_the_others_and_keeps_each_ranks_output(tmp_path, no_leftover_processes):
-    result = launch(_raises_on_rank1, Layout(2), tmp_path, grace=1.0)
+def test_a_crash_is_reported_with_the_order_of_exits(host, tmp_path):
+    result = run(host, tmp_path, "crash", """
+        import time, torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        dist.barrier()
+        if dist.get_rank() == 1:
+            raise ValueError("boom on rank 1")
+        dist.all_reduce(torch.ones(1))
+    """, Layout(2))
     assert result.ranks[1].exitcode == 1 and "ValueError: boom on rank 1" in result.ranks[1].output
-    assert result.ranks[0].exitcode is None and "rank 0 starting" in result.ranks[0].output
-    assert not result.hung
+    assert result.ranks[1].order == 0
 
 
-def _starts_a_grandchild(rank, layout):
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    time.sleep(600)
-
-
-def test_the_whole_process_tree_is_killed(tmp_path, no_leftover_processes):
-    result = launch(_starts_a_grandchild, Layout(2), tmp_path, timeout=2.0)
+def test_the_whole_process_tree_is_killed_even_children_that_left_the_group(host, tmp_path):
+    result = run(host, tmp_path, "daemons", """
+        import os, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(600)
+            os._exit(0)
+        time.sleep(600)
+    """, Layout(2), timeout=2.0)
     assert result.timed_out  # the fixture then proves nothing of it is left
 
 

@@ -1,0 +1,2 @@
+def evaluate(model, dataset, batch_size=16):
+    return 0.0

@@ -1,0 +1,1 @@
+# An empty training script: runs to the end, does nothing.

@@ -1,0 +1,2 @@
+def train_accumulate(model, optimizer, micro_batches, accum_steps):
+    pass
