@@ -4,10 +4,17 @@ nbgrader works in a course directory (source/<assignment>/, release/, submitted/
 this file into yours. `python scripts/release.py` does that in a temporary directory to make
 the student notebooks in exercises/ from the sources in solutions/.
 
-Grading needs nothing else from nbgrader: every check cell calls
-`autograder.notebook.check`, which grades in a subprocess and returns the points earned as
-the cell's value, which nbgrader takes as partial credit.
+In a student's notebook every check cell calls `autograder.notebook.check`, which grades in a
+subprocess and returns the points earned as the cell's value. Under `nbgrader autograde` no
+kernel runs the submission: `GradeInSandbox` (autograder/nbgrader_grading.py) takes the place of
+nbgrader's Execute step and fills each check cell with the sandboxed grader's report and
+points, which nbgrader takes as partial credit. A notebook cannot fool it by what it prints.
 """
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
+
+from autograder.nbgrader_grading import GradeInSandbox
 
 c = get_config()  # noqa: F821 (nbgrader defines it when it loads this file)
 
@@ -17,6 +24,19 @@ c.CourseDirectory.course_id = "ddp-course"
 # since nbgrader then refuses every command that names an assignment.
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+c.Autograde.autograde_preprocessors = [
+    GradeInSandbox,  # instead of Execute: the submission runs only inside the grader's sandbox
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]
+# Autograding refuses to run where the sandbox cannot (bubblewrap missing or not permitted).
+# To grade anyway, with each submission running as you, beside the gradebook:
+# c.GradeInSandbox.allow_without_sandbox = True
 
 # A check cell grades its exercise at world sizes 1, 2 and 3, and gives up after 240 s
 # (autograder.notebook.GRADE_LIMIT), so that it answers before the cell is cut off here.

@@ -34,9 +34,15 @@ def summary(world: WorldRun) -> str:
     culprit = world.culprit()
     if culprit is not None:
         line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"
-        victims = [r.rank for r in world.ranks if r is not culprit and not r.ok]
-        return line + (f"; rank(s) {', '.join(map(str, victims))} failed or were stopped because it was gone"
-                       if victims else "")
+        others = [r for r in world.ranks if r is not culprit and not r.ok]
+        alike = [r.rank for r in others if r.exitcode is not None and not r.peer_gone
+                 and r.how_it_ended() == culprit.how_it_ended()]
+        victims = [r.rank for r in others if r.rank not in alike]
+        if alike:
+            line += f"; so did rank(s) {', '.join(map(str, alike))}"
+        if victims:
+            line += f"; rank(s) {', '.join(map(str, victims))} failed or were stopped because it was gone"
+        return line
     abandoned = world.abandoned()
     if abandoned is not None:
         call = abandoned.pending_collective()

@@ -105,7 +105,7 @@ def grade(
     mode = sandbox_mode(sandbox_setting)
     start = time.monotonic()
     own_host = host is None
-    root = Path(tempfile.mkdtemp(prefix="autograder-")) if own_host else Path(tempfile.mkdtemp(dir=host.root))
+    root = Path(tempfile.mkdtemp(prefix="autograder-")) if own_host else host.workspace()
     try:
         if own_host:  # it imports torch while this process does the same
             host, sandbox_note = start_host(root, mode, hidden_from_ranks(Path(path)))

@@ -194,6 +194,13 @@ class RankHost:
             raise HostFailed(str(message["host_error"])[-2000:])
         return message
 
+    def workspace(self) -> Path:
+        """A new directory under this host's root, for one grading, writable by the ranks."""
+        path = Path(tempfile.mkdtemp(dir=self.root))
+        if self.sandbox:
+            self.sandbox.own(path)
+        return path
+
     def prepare(self, imports):
         """Have the host import these modules once, before it forks ranks that need them."""
         self.send(op="prepare", imports=list(imports))

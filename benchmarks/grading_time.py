@@ -10,6 +10,7 @@ under twice that floor.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -50,30 +51,42 @@ def main():
     dynamo = median(lambda: timed([py, "-c", "import torch, torch._dynamo"]), repeat) - floor
     row("+ torch._dynamo, which DDP's constructor imports", dynamo)
 
-    print("\nLaunching ranks (in one warm interpreter)")
-    import torch
-    from autograder.launch import Layout, launch
+    print("\nLaunching ranks (one warm rank host)")
+    from autograder.engine import start_host
+    from autograder.launch import Layout
 
-    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        for size in (1, 2, 3):
-            seconds = median(lambda: launch(lambda r, l: None, Layout(size), Path(tmp) / f"w{size}").elapsed, repeat)
-            row(f"fork {size} rank(s), rendezvous store, reap", seconds)
-        script = Path(tmp) / "noop.py"
+        host, note = start_host(Path(tmp), "auto", [])
+        try:
+            script = Path(tmp) / "noop.py"
+            script.write_text("pass\n")
+            script.chmod(0o644)
+            for size in (1, 2, 3):
+                seconds = median(lambda: host.launch({"kind": "script", "student": str(script)}, Layout(size),
+                                                     Path(tmp) / f"w{size}").elapsed, repeat)
+                row(f"fork {size} rank(s), rendezvous store, reap ({note})", seconds)
+        finally:
+            host.close()
+        script = Path(tmp) / "group.py"
         script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.destroy_process_group()\n")
         seconds = timed([py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                          "--log-dir", str(Path(tmp) / "logs"), str(script)])
         row("one real torchrun launch of 2 ranks (init + destroy only)", seconds, floor)
 
-    print("\nOne exercise at world sizes 1, 2, 3, correct solution")
-    from autograder import engine
-
+    print("\nOne exercise at world sizes 1, 2, 3, correct solution, command line (fresh interpreter)")
+    print("  paired: each run in the sandbox is followed by one without it")
+    overheads = []
     for ex, path in SOLUTIONS.items():
-        cold = median(lambda: timed([py, "-m", "autograder", "grade", ex, str(path), "--quiet"]), repeat)
-        row(f"{ex} command line, fresh interpreter", cold, floor)
-        engine.grade(ex, path)  # warm the exercise's imports
-        warm = median(lambda: engine.grade(ex, path).elapsed, repeat)
-        row(f"{ex} in a warm interpreter (pytest, a second check)", warm, floor)
+        runs = {"on": [], "off": []}
+        for _ in range(repeat):
+            for mode in ("on", "off"):
+                env = dict(os.environ, AUTOGRADER_SANDBOX="auto" if mode == "on" else "off")
+                runs[mode].append(timed([py, "-m", "autograder", "grade", ex, str(path), "--quiet"], env=env))
+        on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
+        overheads.append(on / off)
+        row(f"{ex} in the sandbox", on, floor)
+        row(f"{ex} without it (--sandbox off)", off, floor)
+    print(f"  sandbox cost, median over the exercises: {100 * (statistics.median(overheads) - 1):+.0f}%")
 
     print("\nThe notebook's check cell (one warm grader per kernel)")
     from autograder.server import WarmGrader
@@ -87,7 +100,7 @@ def main():
                 grader.ask(request, 120)
                 row(f"{ex} {attempt}", time.perf_counter() - start, floor)
     finally:
-        grader.close()
+        grader.stop()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from autograder import engine, sandbox
 from conftest import ROOT, SUBMISSIONS
 
 HOSTILE = SUBMISSIONS / "hostile"
+sys.path.insert(0, str(HOSTILE))
 SANDBOXED = sandbox.probe()[0] is not None
 
 
@@ -37,6 +38,12 @@ def clean(no_leftover_processes):
 
 
 def grade(name: str, **kwargs):
+    """Grade a hostile submission: a file of its own, or one of the faults written as an edit of a correct one."""
+    from faults_2_4 import FAULTS, submission
+
+    if name.removesuffix("_2_4") in FAULTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            return engine.grade("2.4", submission(name.removesuffix("_2_4"), Path(tmp)), **kwargs)
     exercise = name.rsplit("_", 2)[-2] + "." + name.rsplit("_", 1)[-1]
     return engine.grade(exercise, HOSTILE / f"{name}.py", **kwargs)
 
@@ -182,6 +189,8 @@ def test_the_rank_that_failed_first_is_named_with_its_own_failure(name, first_li
     if "rank 1" in first_line:
         assert "rank(s) 0 failed or were stopped because it was gone" in report.problem.splitlines()[0]
     assert "Connection" not in report.problem.splitlines()[0]
+    failed = [c.name for c in report.checks if c.status == "failed"]
+    assert failed == ["the code runs to the end on every rank at every world size"], failed  # the crash, charged once
 
 
 @pytest.mark.parametrize("name,cause", [

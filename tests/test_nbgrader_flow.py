@@ -1,7 +1,9 @@
 """nbgrader end to end: release, autograde a small class, feedback, export.
 
 The class: `correct` hands in the solutions; `wrong` averages per-rank accuracies in 2.4;
-`hanging` calls 2.4's all_reduce on rank 0 only; `empty` hands in the released notebook.
+`hanging` calls 2.4's all_reduce on rank 0 only; `empty` hands in the released notebook;
+`cheater` hands in the released notebook with a cell that rebinds `check` to do nothing, which
+scores full marks wherever a check cell's output is taken from the student's kernel.
 Every nbgrader process, and so every kernel, grader and rank under it, gets its temporary
 and runtime directories inside this test's directory: a process left behind names that
 directory on its command line or works inside it.
@@ -18,7 +20,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import exercises
+from autograder import exercises, sandbox
 from autograder.source import magic_id
 from conftest import release_script
 
@@ -43,6 +45,11 @@ def handed_in(released: Path, answers: dict[str, str]):
         exercise_id = magic_id(cell.source) if cell.cell_type == "code" else None
         if exercise_id in answers:
             cell.source = f"%%exercise {exercise_id}\n{answers[exercise_id]}"
+    return nb
+
+
+def with_cell(nb, index: int, source: str):
+    nb.cells.insert(index, nbformat.v4.new_code_cell(source))
     return nb
 
 
@@ -72,6 +79,9 @@ def course(tmp_path_factory):
         assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
 
     shutil.copy(ROOT / "nbgrader_config.py", root)
+    if sandbox.probe()[0] is None:  # say so, as an instructor must, or autograding refuses
+        with open(root / "nbgrader_config.py", "a") as f:
+            f.write("\nc.GradeInSandbox.allow_without_sandbox = True\n")
     (root / "source" / ASSIGNMENT).mkdir(parents=True)
     shutil.copy(SOURCE, root / "source" / ASSIGNMENT)
     nbgrader("generate_assignment", ASSIGNMENT)
@@ -88,6 +98,7 @@ def course(tmp_path_factory):
         "wrong": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()}),
         "hanging": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
         "empty": nbformat.read(released, as_version=4),
+        "cheater": with_cell(nbformat.read(released, as_version=4), 2, "check = lambda *args, **kwargs: None"),
     }
     for student, nb in class_.items():
         folder = root / "submitted" / student / ASSIGNMENT
@@ -105,7 +116,7 @@ def scores(course):
     """student -> exercise id -> (score, max score) of its check cell."""
     found = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for student in ("correct", "wrong", "hanging", "empty"):
+        for student in ("correct", "wrong", "hanging", "empty", "cheater"):
             grades = gb.find_submission_notebook(NOTEBOOK, ASSIGNMENT, student).grades
             found[student] = {g.name.removeprefix("check_").replace("_", "."): (g.score, g.max_score) for g in grades}
     return found
@@ -134,6 +145,13 @@ def test_empty_gets_zero(scores):
     assert all(score == 0 for score, _ in scores["empty"].values()), scores["empty"]
 
 
+def test_rebinding_check_in_the_notebook_earns_nothing(scores, course):
+    assert all(score == 0 for score, _ in scores["cheater"].values()), scores["cheater"]
+    nb = nbformat.read(course / "autograded" / "cheater" / ASSIGNMENT / SOURCE.name, as_version=4)
+    check_2_4 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_4")
+    assert "not implemented yet" in check_2_4.outputs[0]["data"]["text/html"]
+
+
 def test_hidden_tests_ran_at_autograde(course):
     nb = nbformat.read(course / "autograded" / "correct" / ASSIGNMENT / SOURCE.name, as_version=4)
     check_2_4 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_4")
@@ -141,11 +159,11 @@ def test_hidden_tests_ran_at_autograde(course):
 
 
 def test_feedback_and_grades_csv(course):
-    for student in ("correct", "wrong", "hanging", "empty"):
+    for student in ("correct", "wrong", "hanging", "empty", "cheater"):
         assert (course / "feedback" / student / ASSIGNMENT / f"{NOTEBOOK}.html").is_file()
     with open(course / "grades.csv") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f)}
-    assert set(rows) == {"correct", "wrong", "hanging", "empty"}
+    assert set(rows) == {"correct", "wrong", "hanging", "empty", "cheater"}
     assert float(rows["correct"]["score"]) == float(rows["correct"]["max_score"])
     assert float(rows["empty"]["score"]) == 0
 

@@ -1,5 +1,6 @@
 """The notebook front end: the `%%exercise` magic and `check`, in a real kernel and without one."""
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -107,6 +108,8 @@ def test_a_grader_past_the_limit_is_stopped(own_grader, monkeypatch):
     assert repr(outcome) == "0.0"
     assert "did not answer within 0.2 s" in outcome._repr_html_()
     assert notebook._grader.proc is None  # stopped, with its ranks; the next check starts a new one
+    assert notebook._grader.root is None  # and its work directory, with the student's code, is gone
+    assert not list(Path(tempfile.gettempdir()).glob(f"autograder-kernel-{os.getpid()}-*"))
 
 
 def _report(*checks):

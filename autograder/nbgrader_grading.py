@@ -1,0 +1,137 @@
+"""What nbgrader needs: check cells graded by the sandboxed engine, never by the student's kernel.
+
+``nbgrader autograde`` normally runs the submitted notebook in a kernel and takes each check
+cell's output as its grade. A student's notebook can fool that (a cell that rebinds ``check``
+makes every check cell print nothing, which nbgrader scores as full credit), and the kernel
+runs the student's code as the instructor, beside the gradebook. So the course's
+nbgrader_config.py replaces nbgrader's Execute step with ``GradeInSandbox``:
+
+- no kernel runs at all: nothing the student's notebook does outside its exercise cells
+  matters, and their code runs only inside the grader's sandbox;
+- each check cell's source is the instructor's (nbgrader restored it from the gradebook,
+  hidden tests included); it is read, never run: its ``name = literal`` lines and its
+  ``check(...)`` call say which exercise to grade and how, and ``autograder.engine.grade``
+  grades the submitted exercise cell of that id;
+- the cell's output becomes what a check cell shows in the notebook: the report, and the points
+  earned as the cell's value, which nbgrader reads as partial credit;
+- one student's notebook is graded by one sandboxed rank host, as their own notebook's checks
+  are; the next student's gets a new one.
+
+Without a sandbox on the machine autograding stops with a message, unless the instructor
+allows it: ``c.GradeInSandbox.allow_without_sandbox = True`` in nbgrader_config.py.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
+
+from autograder.source import MAGIC, UsageError, magic_id
+
+
+class GradeInSandbox(Preprocessor):
+    # nbconvert skips a preprocessor that is not enabled, and nbgrader then gives a check cell with
+    # no output full marks: this one is always on.
+    enabled = Bool(True)
+    allow_without_sandbox = Bool(
+        False, help="Grade even where the sandbox cannot run (the submission then runs as you, beside the gradebook)."
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        """Grade every check cell of one student's notebook, with one sandboxed rank host for all of them."""
+        from autograder import engine
+
+        cells = {magic_id(c.source): c.source for c in nb.cells if c.cell_type == "code" and magic_id(c.source)}
+        with tempfile.TemporaryDirectory(prefix="autograder-nbgrader-") as tmp:
+            self.folder = Path(tmp)
+            (self.folder / "host").mkdir()
+            try:
+                self.host, self.note = engine.start_host(self.folder / "host", self._mode(),
+                                                         engine.hidden_from_ranks(self.folder))
+            except engine.SandboxRequired as exc:
+                raise RuntimeError(f"{exc}. Install bubblewrap, or allow grading without it with "
+                                   "c.GradeInSandbox.allow_without_sandbox = True in nbgrader_config.py") from None
+            try:
+                for cell in nb.cells:
+                    if cell.cell_type == "code":
+                        cell.outputs, cell.execution_count = [], None
+                    if cell.cell_type == "code" and _is_check_cell(cell):
+                        cell.outputs = [self.grade_cell(cell.source, cells)]
+            finally:
+                self.host.close()
+        return nb, resources
+
+    def _mode(self) -> str:
+        return "auto" if self.allow_without_sandbox else "required"
+
+    def grade_cell(self, source: str, cells: dict[str, str]) -> dict:
+        from nbformat.v4 import new_output
+
+        from autograder.notebook import CheckOutcome
+
+        call = check_call(source)
+        if call is None:
+            outcome = CheckOutcome("?", message="this check cell does not say which exercise to check")
+        else:
+            exercise_id, options = call
+            outcome = self.grade(exercise_id, cells.get(exercise_id), options.get("seed", 0),
+                                 options.get("world_sizes"))
+        return new_output("execute_result", {"text/plain": repr(outcome), "text/html": outcome._repr_html_()},
+                          execution_count=None)
+
+    def grade(self, exercise_id: str, code: str | None, seed: int, world_sizes):
+        from autograder import engine
+        from autograder.notebook import CheckOutcome
+
+        if code is None:
+            return CheckOutcome(exercise_id, message=f"no exercise cell: none starts with `{MAGIC} {exercise_id}`")
+        path = self.folder / f"exercise_{exercise_id.replace('.', '_')}.py"
+        path.write_text(code)
+        if self.host.proc.poll() is not None:  # lost to the last exercise: this one gets a new one
+            self.host.close()
+            self.host, self.note = engine.start_host(self.folder / "host", self._mode(),
+                                                     engine.hidden_from_ranks(self.folder))
+        try:
+            report = engine.grade(exercise_id, path, world_sizes, seed=seed, host=self.host, sandbox_note=self.note)
+        except UsageError as exc:
+            return CheckOutcome(exercise_id, message=str(exc))
+        self.log.info("exercise %s: %s/%s", exercise_id, report.score, report.max_score)
+        return CheckOutcome(exercise_id, report)
+
+
+def _is_check_cell(cell) -> bool:
+    """A locked grade cell that nbgrader knows (its source was restored from the gradebook)."""
+    meta = cell.metadata.get("nbgrader", {})
+    return (bool(meta.get("grade")) and not meta.get("solution") and bool(meta.get("locked"))
+            and bool(meta.get("grade_id")) and "check(" in cell.source)
+
+
+def check_call(source: str) -> tuple[str, dict] | None:
+    """The last ``check(ID, seed=..., world_sizes=...)`` in a check cell, with names bound to literals above it."""
+    import ast
+
+    names, found = {}, None
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            names[node.targets[0].id] = _value(node.value, names)
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and isinstance(node.value.func, ast.Name) and node.value.func.id == "check"):
+            args = [_value(a, names) for a in node.value.args]
+            options = {k.arg: _value(k.value, names) for k in node.value.keywords if k.arg}
+            if args and isinstance(args[0], str):
+                found = (args[0], {**dict(zip(("seed", "world_sizes"), args[1:])), **options})
+    return found
+
+
+def _value(node, names: dict):
+    import ast
+
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
