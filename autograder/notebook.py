@@ -13,9 +13,9 @@ a separate process, never the kernel itself:
   output zero points, so ``check`` writes nothing to stderr, whatever happens;
 - a crash or a hang of the student's code cannot take the kernel with it.
 
-The value ``check`` returns shows the report as HTML. Its plain-text form is the points
-earned, scaled to what the exercise is worth in the notebook: nbgrader reads a float in a
-test cell's result as partial credit.
+The value ``check`` returns shows the report as HTML. Its plain-text form is the report's
+score, the same number the command line and nbgrader show: nbgrader reads a float in a test
+cell's result as partial credit.
 """
 
 from __future__ import annotations
@@ -75,17 +75,9 @@ class CheckOutcome:
     detail: str = ""  # what the grader said, when it gave no report
 
     @property
-    def points(self) -> float:
-        """What the exercise is worth in the notebook: all its checks, skipped or not."""
-        return sum(c.max_points for c in self.report.checks) if self.report else 0.0
-
-    @property
     def earned(self) -> float:
-        """Checks skipped on this machine (GPU-only ones on a laptop) do not cost points."""
-        r = self.report
-        if r is None or not r.max_score:
-            return 0.0
-        return round(r.score / r.max_score * self.points, 2)
+        """The report's score (see Report.score); nothing without a report."""
+        return self.report.score if self.report else 0.0
 
     def __repr__(self) -> str:
         return repr(float(self.earned))
@@ -95,11 +87,7 @@ class CheckOutcome:
             detail = f"<pre style='white-space:pre-wrap'>{html.escape(self.detail)}</pre>" if self.detail else ""
             return (f"<div class='autograder-report'><p style='font-weight:bold;color:#cf222e'>"
                     f"Exercise {html.escape(self.exercise)}: {html.escape(self.message)}</p>{detail}</div>")
-        note = ""
-        if self.report.max_score != self.points:
-            note = (f"<p>In this notebook: {self.earned:g} of {self.points:g} points (the skipped checks "
-                    "cannot run on this machine and do not count).</p>")
-        return self.report._repr_html_() + note
+        return self.report._repr_html_()
 
 
 def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None) -> CheckOutcome:

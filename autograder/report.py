@@ -39,13 +39,24 @@ class Report:
     sandbox: str = ""  # "bubblewrap", or "off (why)"
 
     @property
-    def score(self) -> float:
-        return round(sum(c.points for c in self.checks), 4)
+    def max_score(self) -> float:
+        """What the exercise is worth: every check, the skipped ones too (the same on every machine)."""
+        return round(sum(c.max_points for c in self.checks), 2)
 
     @property
-    def max_score(self) -> float:
-        """Skipped checks do not count: they could not be judged on this machine."""
-        return round(sum(c.max_points for c in self.checks if c.status != "skipped"), 4)
+    def score(self) -> float:
+        """The points earned, out of ``max_score``, rounded to two decimals: one number for every front end.
+
+        Checks skipped on this machine (GPU-only ones on CPUs) could not be judged, so the checks
+        that were judged count for them: the share of the judged points earned, times ``max_score``.
+        """
+        judged = sum(c.max_points for c in self.checks if c.status != "skipped")
+        earned = sum(c.points for c in self.checks)
+        return round(earned / judged * self.max_score, 2) if judged else 0.0
+
+    @property
+    def skipped(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "skipped"]
 
     @property
     def all_passed(self) -> bool:
@@ -86,10 +97,12 @@ class Report:
     def headline(self) -> str:
         sizes = ", ".join(map(str, self.world_sizes))
         verdict = "not implemented yet" if self.not_started else ("all checks passed" if self.all_passed else "some checks failed")
-        return (
-            f"Exercise {self.exercise} ({self.title}): {_num(self.score)}/{_num(self.max_score)} points, {verdict}"
-            f" [{self.backend}, world sizes {sizes}, {self.elapsed:.1f} s]"
-        )
+        line = (f"Exercise {self.exercise} ({self.title}): {_num(self.score)}/{_num(self.max_score)} points, {verdict}"
+                f" [{self.backend}, world sizes {sizes}, {self.elapsed:.1f} s]")
+        if self.skipped:
+            line += (f"; {len(self.skipped)} check(s) skipped, which need one GPU per rank: the checks judged "
+                     "count for them")
+        return line
 
     def sandbox_line(self) -> str:
         """Said only when the submission ran outside the sandbox."""
