@@ -148,7 +148,8 @@ def params_identical_across_ranks(runs: Runs, atol: float = 1e-6) -> str | None:
             for step, ((label, a), (_, b)) in enumerate(zip(base, r.snapshots)):
                 gap = (a - b).abs().max().item()
                 if gap > atol:
-                    return (f"world size {world.world_size}: after {label} #{step + 1}, rank {r.rank}'s parameters "
+                    nth = sum(1 for other, _ in base[:step + 1] if other == label)
+                    return (f"world size {world.world_size}: at {label} #{nth}, rank {r.rank}'s parameters "
                             f"differ from rank 0's by up to {gap:.3g}")
     return None
 
@@ -177,8 +178,13 @@ def _ratio(got: torch.Tensor, want: torch.Tensor, runs: Runs, world: WorldRun) -
         return ""
     moved, expected = got - start, want - start
     scale = (moved @ expected / (expected @ expected)).item() if expected.norm() > 0 else 0.0
-    if abs(scale - world.world_size) < 0.05 * world.world_size:
-        return f"the parameters moved {scale:.2f} times as far as the reference: gradients summed, not averaged"
+    w = world.world_size
+    if abs(scale - w) < 0.05 * w:
+        return (f"the parameters moved {scale:.2f} times as far as the reference, about the world size: "
+                "gradients summed, not averaged, or the learning rate multiplied by the world size")
+    if abs(scale - 1 / w) < 0.05 / w:
+        return (f"the parameters moved {scale:.2f} times as far as the reference, about 1/world size: "
+                "gradients averaged twice, or the loss or the learning rate divided by the world size")
     return ""
 
 

@@ -17,6 +17,7 @@ from autograder.checks import (
     shares_disjoint_and_covering,
 )
 from autograder.exercises import Exercise
+from autograder.launch import Layout
 from autograder.reference import ddp_training, flat
 from ddpcourse import TinyNet, make_model, toy_dataset
 
@@ -84,7 +85,9 @@ def _one_writer(runs):
     for world in runs:
         writers = sorted({r.rank for r in world.ranks if r.of("save")})
         if writers != [0]:
-            return (f"world size {world.world_size}: torch.save was called by rank(s) {writers or 'none'}; "
+            nodes = (f" ({world.layout.nodes} nodes of {world.layout.local_world_size}: local ranks "
+                     f"{[world.layout.local_rank(w) for w in writers]})") if world.layout.nodes > 1 else ""
+            return (f"world size {world.world_size}{nodes}: torch.save was called by rank(s) {writers or 'none'}; "
                     "exactly one writer, global rank 0, is expected")
 
 
@@ -144,10 +147,16 @@ def _destroyed(runs):
             return f"world size {world.world_size}: rank {r.rank} never called destroy_process_group()"
 
 
+def layout(world_size: int) -> Layout:
+    """Even world sizes run as two simulated nodes, so that a local rank taken for the global one shows."""
+    return Layout(world_size, nodes=2 if world_size % 2 == 0 else 1)
+
+
 EXERCISE = Exercise(
     id="2.3",
     title="a complete DDP training script",
     kind="script",
+    layout=layout,
     timeout=60.0,
     warm_imports=("torch._dynamo",),
     expected=lambda seed: {"initial": flat(make_model(0))},

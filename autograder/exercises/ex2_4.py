@@ -69,6 +69,18 @@ def _each_sample_once(runs):
             return message
 
 
+def _each_rank_scores_its_share(runs):
+    for world in runs:
+        shares = {r.rank: {i for e in r.of("scored") for i in e["indices"]} for r in world.ranks}
+        if world.world_size == 1 or sum(map(len, shares.values())) != len(set().union(*shares.values())):
+            continue  # samples on several ranks: the check of each sample once names that mistake
+        fair = -(-N // world.world_size)
+        for rank, share in shares.items():
+            if not share or len(share) > 2 * fair:
+                return (f"world size {world.world_size}: rank {rank} scored {len(share)} of the {N} samples, "
+                        f"where a fair share is about {fair}: the ranks did not split the work")
+
+
 def _equals_single_process(runs):
     want = runs.params["accuracy"]
     for world in runs:
@@ -96,6 +108,8 @@ EXERCISE = Exercise(
               hint="combine the counts with dist.all_reduce so that every rank holds the totals"),
         Check("every sample scored exactly once across the ranks", 3, _each_sample_once,
               hint="give rank r the samples r, r + world_size, r + 2 * world_size, ... (no padding)"),
+        Check("every rank scores its own share of the samples", 2, _each_rank_scores_its_share,
+              hint="each rank runs the model on its own part of the data; only the counts travel"),
         Check("accuracy equals the single-process accuracy", 3, _equals_single_process,
               hint="sum the correct counts and the sample counts over ranks, then divide; "
                    "an average of per-rank accuracies is wrong when shares differ in size"),
