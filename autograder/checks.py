@@ -101,15 +101,20 @@ def _could_not_judge(check: Check, broken: WorldRun) -> CheckResult:
     return check.result(status, f"not judged: world size {broken.world_size} did not complete (see above)")
 
 
-def judge_all(exercise, runs: Runs) -> list[CheckResult]:
+def gate(exercise, runs: Runs) -> str | None:
+    """Why nothing of this submission can be judged (it tampered, or did none of the work), or None."""
     tampered = sorted({f"rank {r.rank}: {t}" for w in runs for r in w.ranks for t in r.tampered})
     if tampered:
-        return exercise.same_result("failed", "the submission replaced the grader's instrumentation "
-                                     f"({'; '.join(tampered[:3])}): nothing can be judged", runs.backend)
+        return ("Nothing can be judged: the submission replaced the grader's instrumentation "
+                f"({'; '.join(tampered[:3])}).")
     done = runs.completed()  # a launch that crashed is told as a crash, not as work not done
     idle = exercise.work(done) if exercise.work and done.worlds else None
-    if idle:
-        return exercise.same_result("failed", f"nothing to grade: {idle}", runs.backend)
+    return f"Nothing to grade: {idle}." if idle else None
+
+
+def judge_all(exercise, runs: Runs) -> list[CheckResult]:
+    if gate(exercise, runs):
+        return exercise.same_result("failed", "not judged: nothing to grade (see above)", runs.backend)
     return [check.judge(runs) for check in exercise.checks]
 
 

@@ -74,16 +74,13 @@ def _main(argv: list[str] | None) -> int:
         from autograder.server import serve
 
         return serve(Path(args.root))
-    from autograder.engine import grade  # imports torch: only when grading
+    from autograder.engine import grade_each  # imports torch: only when grading
 
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     ids = exercises.ids() if args.exercise == "all" else [args.exercise]
     try:
-        reports = [
-            grade(ex, args.path, args.world_sizes, seed=args.seed, timeout=args.timeout, backend=args.backend,
-                  sandbox_setting=args.sandbox, progress=progress)
-            for ex in ids
-        ]
+        reports = grade_each(ids, args.path, args.world_sizes, seed=args.seed, timeout=args.timeout,
+                             backend=args.backend, sandbox_setting=args.sandbox, progress=progress)
     except UsageError as exc:
         print(f"autograder: {exc}", file=sys.stderr)
         return 2

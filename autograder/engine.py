@@ -129,6 +129,30 @@ def grade(
     return report
 
 
+def grade_each(exercise_ids: list[str], path: str | Path, world_sizes: list[int] | None = None, *,
+               sandbox_setting: str | None = None, **options) -> list[Report]:
+    """Several exercises of one submission (a notebook), served by one rank host, as its notebook would be."""
+    if len(exercise_ids) == 1:
+        return [grade(exercise_ids[0], path, world_sizes, sandbox_setting=sandbox_setting, **options)]
+    root = Path(tempfile.mkdtemp(prefix="autograder-"))
+    host = None
+    try:
+        reports = []
+        for exercise_id in exercise_ids:
+            if host is None or host.proc.poll() is not None:  # the last exercise's ranks took it down
+                if host is not None:
+                    host.close()
+                host, note = start_host(root, sandbox_mode(sandbox_setting), hidden_from_ranks(Path(path)))
+                # every module the exercises need, imported once, while this process imports torch
+                host.prepare({m for i in exercise_ids if exercises.get(i) for m in exercises.get(i).warm_imports})
+            reports.append(grade(exercise_id, path, world_sizes, host=host, sandbox_note=note, **options))
+        return reports
+    finally:
+        if host is not None:
+            host.close()
+        remove_tree(root)
+
+
 def hidden_from_ranks(path: Path) -> list[Path]:
     """Directories the ranks must not see: where the student works, and the course itself."""
     course = Path(__file__).resolve().parent.parent
@@ -136,7 +160,7 @@ def hidden_from_ranks(path: Path) -> list[Path]:
 
 
 def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, seed, timeout, progress) -> Report:
-    from autograder.checks import Runs, judge_all
+    from autograder.checks import Runs, gate, judge_all
     from autograder.diagnosis import describe_problem
     from autograder.evidence import load
 
@@ -165,7 +189,7 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
         if world.timed_out:
             break  # larger launches would only wait as long again
     runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)})
-    return report(judge_all(exercise, runs), describe_problem(worlds, student))
+    return report(judge_all(exercise, runs), gate(exercise, runs) or describe_problem(worlds, student))
 
 
 def _export_checkpoints(host: RankHost, world):

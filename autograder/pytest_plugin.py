@@ -18,9 +18,7 @@ CHECKPOINTS = ".ipynb_checkpoints"
 
 def exercise_ids(path: Path) -> list[str]:
     """The exercises a notebook has cells for, in cell order; none if it is no notebook."""
-    import nbformat
-
-    from autograder.source import MAGIC, magic_id
+    from autograder.source import MAGIC, code_cells, magic_id
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -29,10 +27,9 @@ def exercise_ids(path: Path) -> list[str]:
     if MAGIC not in text:  # most notebooks: no parse needed
         return []
     try:
-        nb = nbformat.reads(text, as_version=4)
-    except Exception:  # nbformat raises several kinds on a damaged file
+        ids = [magic_id(source) for source in code_cells(text)]
+    except (ValueError, TypeError):  # not a notebook
         return []
-    ids = [magic_id(cell.source) for cell in nb.cells if cell.cell_type == "code"]
     return list(dict.fromkeys(i for i in ids if i))
 
 

@@ -8,8 +8,10 @@ from dataclasses import asdict, dataclass
 
 SKIPPED_ON_CPU = "only meaningful with one GPU per rank (nccl); this run used gloo on CPUs"
 STATUSES = ("passed", "failed", "error", "timeout", "skipped")
-_MARK = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⧗", "skipped": "–"}
-_CELL = "text-align:left;vertical-align:top"  # notebooks right-align table cells by default
+_MARK = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "…", "skipped": "–"}  # glyphs every font has
+# Notebooks right-align table cells by default, and some pages break words anywhere: neither here.
+_CELL = "text-align:left;vertical-align:top;padding:2px 8px;word-break:normal;overflow-wrap:break-word"
+_PRE = "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:0;text-align:left;background:none;border:0"
 _HEADINGS = ("status", "check", "points", "what was seen")
 _COLOUR = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout": "#9a6700", "skipped": "#6e7781"}
 
@@ -127,12 +129,14 @@ class Report:
         rows = "".join(
             f"<tr><td style='{_CELL};color:{_COLOUR[c.status]};font-weight:bold;white-space:nowrap'>"
             f"{_MARK[c.status]} {c.status}</td>"
-            f"<td style='{_CELL}'>{html.escape(c.name)}</td><td style='{_CELL}'>{_num(c.points)}/{_num(c.max_points)}</td>"
-            f"<td style='{_CELL}'><pre style='white-space:pre-wrap;margin:0;text-align:left'>{html.escape(c.message if c.status != 'passed' else '')}</pre></td></tr>"
+            f"<td style='{_CELL}'>{html.escape(c.name)}</td>"
+            f"<td style='{_CELL};white-space:nowrap'>{_num(c.points)}/{_num(c.max_points)}</td>"
+            f"<td style='{_CELL}'>{_message_html(c)}</td></tr>"
             for c in self.checks
         )
         problem = (
-            f"<pre style='background:#fff8f8;border-left:3px solid #cf222e;padding:6px;white-space:pre-wrap'>"
+            f"<pre style='background:#fff8f8;border-left:3px solid #cf222e;padding:6px;white-space:pre-wrap;"
+            "word-break:normal;overflow-wrap:break-word'>"
             f"{html.escape(self.problem)}</pre>"
             if self.problem
             else ""
@@ -144,6 +148,13 @@ class Report:
             f"{problem}<table><thead><tr>{headings}</tr></thead>"
             f"<tbody>{rows}</tbody></table></div>"
         )
+
+
+def _message_html(c: CheckResult) -> str:
+    """What was seen, for a check that did not pass; nothing (not an empty box) for one that did."""
+    if c.status == "passed" or not c.message:
+        return ""
+    return f"<pre style='{_PRE}'>{html.escape(c.message)}</pre>"
 
 
 def _num(x: float) -> str:

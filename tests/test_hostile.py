@@ -63,13 +63,15 @@ def digest(path: Path) -> str:
 def test_a_submission_that_tampers_with_the_instrumentation_scores_nothing(name, clean):
     report = grade(name)
     assert report.score == 0, report.to_text()
-    assert all("instrumentation" in c.message for c in report.checks if c.status != "skipped")
+    assert "instrumentation" in report.problem
+    assert all("nothing to grade" in c.message for c in report.checks if c.status != "skipped")
 
 
 @pytest.mark.parametrize("name", ["nothing_2_3", "constant_2_4", "nothing_2_5"])
 def test_doing_nothing_scores_nothing(name, clean):
     report = grade(name)
     assert report.score == 0, report.to_text()
+    assert report.problem.startswith("Nothing to grade: ")
     assert all("nothing to grade" in c.message for c in report.checks if c.status != "skipped")
 
 

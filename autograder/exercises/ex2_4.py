@@ -88,8 +88,8 @@ def _equals_single_process(runs):
         # float32 counts are fine; an average of per-rank accuracies is not
         if not isinstance(got, numbers.Real) or not abs(got - want) <= 1e-6:
             shown = f"{got:.6f}" if isinstance(got, numbers.Real) else str(got)[:60]
-            return (f"world size {world.world_size}: rank 0 returned {shown}, but the model classifies "
-                    f"{want:.6f} of the {N} samples correctly")
+            return (f"world size {world.world_size}: rank 0 returned {shown}, but the model's accuracy over "
+                    f"the {N} samples is {want:.6f}")
 
 
 EXERCISE = Exercise(
