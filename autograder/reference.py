@@ -51,15 +51,25 @@ def sampler_shares(dataset, world_size: int, epoch: int, seed: int = 0) -> list[
 def ddp_training(dataset: TensorDataset, world_size: int, epochs: int, batch_size: int, lr: float,
                  model_seed: int = 0) -> torch.Tensor:
     """Final parameters of a DDP run with DistributedSampler + set_epoch, trained with SGD."""
+    shares = [sampler_shares(dataset, world_size, epoch) for epoch in range(epochs)]
+    return training_on_shares(dataset, shares, batch_size, lr, model_seed)
+
+
+def training_on_shares(dataset: TensorDataset, shares: list[list[list[int]]], batch_size: int, lr: float,
+                       model_seed: int = 0) -> torch.Tensor:
+    """Final parameters of SGD on the global batches of ``shares[epoch][rank]``, the indices each rank drew.
+
+    Step k of an epoch uses every rank's k-th batch of ``batch_size``; the ranks' losses are averaged,
+    as DDP averages their gradients.
+    """
     model = make_model(model_seed)
     optimizer = SGD(model.parameters(), lr=lr)
     x, y = dataset.tensors
-    for epoch in range(epochs):
-        shares = sampler_shares(dataset, world_size, epoch)
-        for start in range(0, len(shares[0]), batch_size):
-            batches = [share[start:start + batch_size] for share in shares]
+    for epoch in shares:
+        for start in range(0, max(map(len, epoch)), batch_size):
+            batches = [share[start:start + batch_size] for share in epoch]
             optimizer.zero_grad()
-            loss = sum(F.cross_entropy(model(x[b]), y[b]) for b in batches) / world_size
+            loss = sum(F.cross_entropy(model(x[b]), y[b]) for b in batches if b) / len(epoch)
             loss.backward()
             optimizer.step()
     return flat(model)

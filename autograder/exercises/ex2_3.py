@@ -18,7 +18,7 @@ from autograder.checks import (
 )
 from autograder.exercises import Exercise
 from autograder.launch import Layout
-from autograder.reference import ddp_training, flat
+from autograder.reference import ddp_training, flat, training_on_shares
 from ddpcourse import TinyNet, make_model, toy_dataset
 
 N, EPOCHS, BATCH, LR = 96, 3, 8, 0.1
@@ -27,6 +27,20 @@ N, EPOCHS, BATCH, LR = 96, 3, 8, 0.1
 @functools.cache
 def reference(world_size: int) -> torch.Tensor:
     return ddp_training(toy_dataset(n=N, seed=0), world_size, EPOCHS, BATCH, LR)
+
+
+def drawn_reference(world) -> torch.Tensor:
+    """The reference trained on the global batches the ranks actually drew from their samplers.
+
+    So a mistake in what the ranks drew (no set_epoch, no shuffling) is charged by the check that
+    names it, not again here. Without a sampler on every rank, the course's reference.
+    """
+    iters = [r.of("sampler_iter") for r in world.ranks]
+    if not all(iters) or len({len(i) for i in iters}) != 1:
+        return reference(world.world_size)
+    batch = next((e["batch_size"] for r in world.ranks for e in r.of("dataloader") if e.get("batch_size")), BATCH)
+    shares = [[[int(i) for i in it[epoch]["indices"]] for it in iters] for epoch in range(len(iters[0]))]
+    return training_on_shares(toy_dataset(n=N, seed=0), shares, batch, LR)
 
 
 def _work(runs):
@@ -77,8 +91,11 @@ def _set_epoch_every_epoch(runs):
         if len(epochs) != EPOCHS:
             return f"world size {world.world_size}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
         if epochs != list(range(EPOCHS)):
-            return (f"world size {world.world_size}: rank {r.rank}'s sampler ran with epochs {epochs}: "
-                    "without set_epoch every epoch repeats the same order")
+            called = [e.get("epoch") for e in r.of("set_epoch")]
+            cause = (f"set_epoch was called with {called}, not with the epoch number" if called else
+                     "set_epoch was never called")
+            return (f"world size {world.world_size}: rank {r.rank}'s sampler ran with epochs {epochs}: {cause}, "
+                    "so the epochs repeat one order")
 
 
 def _one_writer(runs):
@@ -175,7 +192,7 @@ EXERCISE = Exercise(
         Check("parameters identical on all ranks after every optimizer step", 2, params_identical_across_ranks,
               hint="let DDP average the gradients: backward() on the DDP model's output"),
         Check("equal to the single-process reference trained on the same global batches", 3,
-              lambda runs: matches_reference(runs, lambda w: reference(w.world_size), "the reference"),
+              lambda runs: matches_reference(runs, drawn_reference, "the reference"),
               hint="SGD(lr=LR) on cross_entropy, one step per batch, model from make_model(seed=0)"),
         Check("exactly one checkpoint writer: global rank 0", 2, _one_writer,
               hint="if dist.get_rank() == 0: torch.save(...)"),
