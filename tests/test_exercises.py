@@ -173,3 +173,23 @@ def test_the_answer_key_is_not_in_the_package_in_plain():
 
     text = Path(ex2_0.__file__).read_text()
     assert '"gloo"' not in text and "'gloo'" not in text and '"32"' not in text
+
+
+def test_no_right_option_can_be_told_by_its_length():
+    """A student who never read the lesson must not find the answer by picking the longest option."""
+    import json
+    import re
+
+    from autograder.exercises.ex2_0 import ACCEPTED, digest
+    from conftest import ROOT
+
+    cells = json.loads((ROOT / "solutions" / "02_ddp_basics.ipynb").read_text())["cells"]
+    text = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "task_2_0")
+    for key, block in re.findall(r'\*\*Q\d \(`"(\w+)"`\)\.\*\*(.*?)(?=\*\*Q\d|\Z)', text, re.S):
+        options = dict(re.findall(r"^- ([a-d])\) (.*?)(?=^- [a-d]\)|\Z)", block, re.S | re.M))
+        if not options:
+            continue  # a number or a name
+        right = [letter for letter in options if digest(key, letter) in ACCEPTED[key]]
+        assert len(right) == 1, key
+        wrong = max(len(" ".join(v.split())) for k, v in options.items() if k != right[0])
+        assert len(" ".join(options[right[0]].split())) <= 1.1 * wrong, key
