@@ -31,7 +31,7 @@ def harness(student, rank, layout, rec, **_):
 
 
 def _expected(r, backend: str) -> list[str]:
-    # judged from the backend, never torch.cuda here: initialising CUDA in the grader breaks later forks
+    # judged from the backend, never torch.cuda here: initializing CUDA in the grader breaks later forks
     env = r.result["env"]
     device = "cuda:" + env["LOCAL_RANK"] if backend == "nccl" else "cpu"
     return [env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], device]

@@ -52,7 +52,7 @@ def _backend(runs):
     for world, r in each_rank(runs):
         init = r.first("init_process_group")
         if init is None:
-            return f"world size {world.world_size}: rank {r.rank} never initialised a process group"
+            return f"world size {world.world_size}: rank {r.rank} never initialized a process group"
         if init["backend"] != runs.backend or init["world_size"] != world.world_size:
             return (f"world size {world.world_size}: rank {r.rank} joined a {init['backend']} group of "
                     f"{init['world_size']} process(es)")
