@@ -83,6 +83,17 @@ def start_host(root: Path, mode: str, hide: list[Path]) -> tuple[RankHost, str]:
     return host, f"off ({why})"
 
 
+def live_host(current: tuple[RankHost, str] | None, root: Path, mode: str,
+              hide: list[Path]) -> tuple[RankHost, str]:
+    """``current`` (a host and its sandbox note) while its host runs, else a new one: the ranks of the
+    last submission it served may have taken it down."""
+    if current is not None:
+        if current[0].proc.poll() is None:
+            return current
+        current[0].close()
+    return start_host(root, mode, hide)
+
+
 def grade(
     exercise_id: str,
     path: str | Path,
@@ -135,21 +146,19 @@ def grade_each(exercise_ids: list[str], path: str | Path, world_sizes: list[int]
     if len(exercise_ids) == 1:
         return [grade(exercise_ids[0], path, world_sizes, sandbox_setting=sandbox_setting, **options)]
     root = Path(tempfile.mkdtemp(prefix="autograder-"))
-    host = None
+    kept = None
     try:
         reports = []
         for exercise_id in exercise_ids:
-            if host is None or host.proc.poll() is not None:  # the last exercise's ranks took it down
-                if host is not None:
-                    host.close()
-                host, note = start_host(root, sandbox_mode(sandbox_setting), hidden_from_ranks(Path(path)))
-                # every module the exercises need, imported once, while this process imports torch
-                host.prepare({m for i in exercise_ids if exercises.get(i) for m in exercises.get(i).warm_imports})
-            reports.append(grade(exercise_id, path, world_sizes, host=host, sandbox_note=note, **options))
+            fresh = kept is None or kept[0].proc.poll() is not None
+            kept = live_host(kept, root, sandbox_mode(sandbox_setting), hidden_from_ranks(Path(path)))
+            if fresh:  # every module the exercises need, imported once, while this process imports torch
+                kept[0].prepare({m for i in exercise_ids if exercises.get(i) for m in exercises.get(i).warm_imports})
+            reports.append(grade(exercise_id, path, world_sizes, host=kept[0], sandbox_note=kept[1], **options))
         return reports
     finally:
-        if host is not None:
-            host.close()
+        if kept is not None:
+            kept[0].close()
         remove_tree(root)
 
 

@@ -49,8 +49,8 @@ class GradeInSandbox(Preprocessor):
             self.folder = Path(tmp)
             (self.folder / "host").mkdir()
             try:
-                self.host, self.note = engine.start_host(self.folder / "host", self._mode(),
-                                                         engine.hidden_from_ranks(self.folder))
+                self.kept = engine.live_host(None, self.folder / "host", self._mode(),
+                                             engine.hidden_from_ranks(self.folder))
             except engine.SandboxRequired as exc:
                 raise RuntimeError(f"{exc}. Install bubblewrap, or allow grading without it with "
                                    "c.GradeInSandbox.allow_without_sandbox = True in nbgrader_config.py") from None
@@ -61,7 +61,7 @@ class GradeInSandbox(Preprocessor):
                     if cell.cell_type == "code" and _is_check_cell(cell):
                         cell.outputs = [self.grade_cell(cell.source, cells)]
             finally:
-                self.host.close()
+                self.kept[0].close()
         return nb, resources
 
     def _mode(self) -> str:
@@ -90,12 +90,9 @@ class GradeInSandbox(Preprocessor):
             return CheckOutcome(exercise_id, message=f"no exercise cell: none starts with `{MAGIC} {exercise_id}`")
         path = self.folder / f"exercise_{exercise_id.replace('.', '_')}.py"
         path.write_text(code)
-        if self.host.proc.poll() is not None:  # lost to the last exercise: this one gets a new one
-            self.host.close()
-            self.host, self.note = engine.start_host(self.folder / "host", self._mode(),
-                                                     engine.hidden_from_ranks(self.folder))
+        self.kept = engine.live_host(self.kept, self.folder / "host", self._mode(), engine.hidden_from_ranks(self.folder))
         try:
-            report = engine.grade(exercise_id, path, world_sizes, seed=seed, host=self.host, sandbox_note=self.note)
+            report = engine.grade(exercise_id, path, world_sizes, seed=seed, host=self.kept[0], sandbox_note=self.kept[1])
         except UsageError as exc:
             return CheckOutcome(exercise_id, message=str(exc))
         self.log.info("exercise %s: %s/%s", exercise_id, report.score, report.max_score)

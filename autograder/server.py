@@ -43,20 +43,17 @@ def serve(root: Path) -> int:
     remove_stale_roots(root.parent)
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not break the protocol
-    host, note = None, ""
+    kept = None  # this kernel's rank host and its sandbox note
     try:
         for line in sys.stdin:
             if not line.strip():
                 continue
             try:
                 request = json.loads(line)
-                if host is None or host.proc.poll() is not None:
-                    if host is not None:
-                        host.close()
-                    host, note = engine.start_host(root, engine.sandbox_mode(), engine.hidden_from_ranks(
-                        Path(request["path"])))
+                kept = engine.live_host(kept, root, engine.sandbox_mode(),
+                                        engine.hidden_from_ranks(Path(request["path"])))
                 report = engine.grade(request["exercise"], request["path"], request.get("world_sizes"),
-                                      seed=request.get("seed", 0), host=host, sandbox_note=note)
+                                      seed=request.get("seed", 0), host=kept[0], sandbox_note=kept[1])
                 answer = {"report": report.to_dict()}
             except UsageError as exc:
                 answer = {"usage_error": str(exc)}
@@ -65,8 +62,8 @@ def serve(root: Path) -> int:
             out.write(json.dumps(answer) + "\n")
             out.flush()
     finally:
-        if host is not None:
-            host.close()
+        if kept is not None:
+            kept[0].close()
     return 0
 
 
