@@ -198,7 +198,8 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
         if world.timed_out:
             break  # larger launches would only wait as long again
     runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)})
-    return report(judge_all(exercise, runs), gate(exercise, runs) or describe_problem(worlds, student))
+    problems = (describe_problem(worlds, student), gate(exercise, runs))  # a crash first, then why nothing counts
+    return report(judge_all(exercise, runs), "\n\n".join(p for p in problems if p))
 
 
 def _export_checkpoints(host: RankHost, world):

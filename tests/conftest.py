@@ -10,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ROOT / "tests" / "submissions"
+sys.path.insert(0, str(SUBMISSIONS))
+import edits  # noqa: E402  (tests/submissions/edits.py: negative controls written as edits)
 
 
 def rank_processes() -> set[int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autograder import engine, exercises
-from conftest import SUBMISSIONS
+from conftest import SUBMISSIONS, edits
 
 # (exercise, wrong submission) -> the check that must report it as failed
 CAUGHT_BY = {
@@ -46,12 +46,14 @@ def folder(exercise_id: str):
     return SUBMISSIONS / f"ex{exercise_id.replace('.', '_')}"
 
 
+def names(exercise_id: str, prefix: str) -> list[str]:
+    """The submissions of an exercise: whole files, and controls written as edits of a correct one."""
+    files = [path.stem for path in folder(exercise_id).glob(f"{prefix}*.py")]
+    return sorted(files + [n for n in edits.mistakes(folder(exercise_id)) if n.startswith(prefix)])
+
+
 def submissions(prefix: str):
-    return [
-        pytest.param(ex, path.stem, id=f"{ex}-{path.stem}")
-        for ex in exercises.ids()
-        for path in sorted(folder(ex).glob(f"{prefix}*.py"))
-    ]
+    return [pytest.param(ex, name, id=f"{ex}-{name}") for ex in exercises.ids() for name in names(ex, prefix)]
 
 
 _host = {}
@@ -72,7 +74,10 @@ def warm_host(tmp_path_factory):
 
 @functools.cache
 def graded(exercise_id: str, name: str, seed: int = 0):
-    return engine.grade(exercise_id, folder(exercise_id) / f"{name}.py", seed=seed, host=_host["warm"])
+    path = folder(exercise_id) / f"{name}.py"
+    if not path.exists():  # a control written as an edit
+        path = edits.write(folder(exercise_id), name, _host["warm"].workspace())
+    return engine.grade(exercise_id, path, seed=seed, host=_host["warm"])
 
 
 def test_every_wrong_submission_is_listed():
@@ -82,8 +87,8 @@ def test_every_wrong_submission_is_listed():
 
 def test_every_exercise_has_two_correct_solutions_and_a_negative_control():
     for ex in exercises.ids():
-        assert len(list(folder(ex).glob("correct_*.py"))) >= 2, ex
-        assert list(folder(ex).glob("wrong_*.py")), ex
+        assert len(names(ex, "correct_")) >= 2, ex
+        assert names(ex, "wrong_"), ex
 
 
 @pytest.mark.parametrize("exercise_id,name", submissions("correct_"))

@@ -21,10 +21,9 @@ import pytest
 
 import autograder
 from autograder import engine, sandbox
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, edits
 
 HOSTILE = SUBMISSIONS / "hostile"
-sys.path.insert(0, str(HOSTILE))
 SANDBOXED = sandbox.probe()[0] is not None
 
 
@@ -38,13 +37,11 @@ def clean(no_leftover_processes):
 
 
 def grade(name: str, **kwargs):
-    """Grade a hostile submission: a file of its own, or one of the faults written as an edit of a correct one."""
-    from faults_2_4 import FAULTS, submission
-
-    if name.removesuffix("_2_4") in FAULTS:
-        with tempfile.TemporaryDirectory() as tmp:
-            return engine.grade("2.4", submission(name.removesuffix("_2_4"), Path(tmp)), **kwargs)
+    """Grade a hostile submission: a file of its own, or a fault written as an edit of a correct one."""
     exercise = name.rsplit("_", 2)[-2] + "." + name.rsplit("_", 1)[-1]
+    if name in edits.mistakes(HOSTILE):
+        with tempfile.TemporaryDirectory() as tmp:
+            return engine.grade(exercise, edits.write(HOSTILE, name, Path(tmp)), **kwargs)
     return engine.grade(exercise, HOSTILE / f"{name}.py", **kwargs)
 
 

@@ -1,17 +1,12 @@
-"""Faults for exercise 2.4: each is the correct solution `ex2_4/correct_strided.py` with one edit.
-
-The edit is inserted just before the solution's all-reduce (`ANCHOR`); `submission(name)` writes
-the whole file. Kept as edits, so that the fault reads in a few lines and a change to the correct
-solution reaches every one of them.
+"""Faults for exercise 2.4: each is the correct solution `ex2_4/correct_strided.py` with lines
+inserted just before its all-reduce (`ANCHOR`), written as edits (see ../edits.py).
 """
 
-from pathlib import Path
-
-BASE = Path(__file__).parent.parent / "ex2_4" / "correct_strided.py"
+BASE = "../ex2_4/correct_strided.py"
 ANCHOR = '    dist.all_reduce(counts, op=dist.ReduceOp.SUM)\n'
 
 # name -> (what it does, the lines inserted before the all-reduce)
-FAULTS = {
+_INSERTED = {
     "crash_on_rank1": (
         "Rank 1 raises before the all-reduce; rank 0 waits for it there.",
         """\
@@ -97,12 +92,4 @@ FAULTS = {
 """),
 }
 
-
-def submission(name: str, folder: Path) -> Path:
-    """The faulty solution `name`, written to `folder`."""
-    base = BASE.read_text()
-    assert ANCHOR in base, "the correct solution no longer has the all-reduce the faults are inserted before"
-    _, lines = FAULTS[name]
-    path = folder / f"{name}_2_4.py"
-    path.write_text(f"# {FAULTS[name][0]}\n" + base.replace(ANCHOR, lines + ANCHOR))
-    return path
+MISTAKES = {f"{name}_2_4": (doc, [(ANCHOR, lines + ANCHOR)]) for name, (doc, lines) in _INSERTED.items()}
