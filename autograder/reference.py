@@ -79,16 +79,18 @@ def accumulated_training(model: torch.nn.Module, micro_batches: list[list[tuple]
                          lr: float) -> torch.Tensor:
     """Gradient accumulation over windows of `accum_steps` micro-batches, averaged over ranks.
 
-    micro_batches[rank][k] is rank's k-th (x, y); one SGD step per window.
+    micro_batches[rank][k] is rank's k-th (x, y); one SGD step per window. A short last window is a
+    window too: its gradient is the mean over the micro-batches it holds.
     """
     optimizer = SGD(model.parameters(), lr=lr)
     world_size, steps = len(micro_batches), len(micro_batches[0])
-    for window in range(0, steps, accum_steps):
+    for start in range(0, steps, accum_steps):
         optimizer.zero_grad()
         loss = 0.0
         for share in micro_batches:
-            for x, y in share[window:window + accum_steps]:
-                loss = loss + F.cross_entropy(model(x), y) / accum_steps
+            window = share[start:start + accum_steps]
+            for x, y in window:
+                loss = loss + F.cross_entropy(model(x), y) / len(window)
         (loss / world_size).backward()
         optimizer.step()
     return flat(model)

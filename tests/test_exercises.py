@@ -38,6 +38,8 @@ CAUGHT_BY = {
     ("2.5", "wrong_no_no_sync"): "gradients all-reduced once per window, on its last micro-batch (no_sync for the others)",
     ("2.5", "wrong_always_no_sync"): "gradients all-reduced once per window, on its last micro-batch (no_sync for the others)",
     ("2.5", "wrong_unscaled_loss"): "equal to the single-process reference with the same windows",
+    ("2.5", "wrong_divides_by_accum_steps"): "equal to the single-process reference with the same windows",
+    ("2.5", "wrong_drops_short_window"): "one optimizer step per accumulation window",
     ("2.5", "wrong_manual_sum_allreduce"): "equal to the single-process reference with the same windows",
 }
 

@@ -12,8 +12,12 @@ from autograder.reference import accumulated_training, flat
 from autograder.rig import device_for, join_group
 from ddpcourse import make_model, toy_dataset
 
-MICRO, STEPS, ACCUM, LR = 4, 6, 3, 0.1  # 6 micro-batches of 4 per rank, windows of 3: two optimizer steps
-WINDOWS = STEPS // ACCUM
+# 7 micro-batches of 4 per rank in windows of 3: windows of 3, 3 and 1, so three optimizer steps.
+# The short last window is where a loop that only steps on full windows, or that always divides by
+# accum_steps, goes wrong.
+MICRO, STEPS, ACCUM, LR = 4, 7, 3, 0.1
+SIZES = [min(ACCUM, STEPS - start) for start in range(0, STEPS, ACCUM)]
+WINDOWS = len(SIZES)
 
 
 def micro_batches(seed: int, world_size: int, rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -42,11 +46,12 @@ def _one_step_per_window(runs):
         steps = len(r.of("optimizer_step"))
         if steps != WINDOWS:
             return (f"world size {world.world_size}: rank {r.rank} stepped the optimizer {steps} times for "
-                    f"{STEPS} micro-batches in windows of {ACCUM}; expected {WINDOWS}")
+                    f"{STEPS} micro-batches in windows of {ACCUM}; expected {WINDOWS} (windows of "
+                    f"{', '.join(map(str, SIZES))}: the short last window is a window too)")
 
 
 def _communicates_once_per_window(runs):
-    expected = ([False] * (ACCUM - 1) + [True]) * WINDOWS
+    expected = [k == size - 1 for size in SIZES for k in range(size)]
     for world in runs:
         if world.world_size == 1:
             continue
@@ -73,7 +78,8 @@ EXERCISE = Exercise(
     "no rank took a single optimizer step",
     checks=[
         Check("one optimizer step per accumulation window", 2, _one_step_per_window,
-              hint="optimizer.step() and zero_grad() after the last micro-batch of each window only"),
+              hint="optimizer.step() and zero_grad() after the last micro-batch of each window only, "
+                   "the short last window included"),
         Check("gradients all-reduced once per window, on its last micro-batch (no_sync for the others)", 3,
               _communicates_once_per_window,
               hint="with model.no_sync(): forward and backward for all but the window's last micro-batch"),
@@ -82,6 +88,7 @@ EXERCISE = Exercise(
         Check("equal to the single-process reference with the same windows", 3,
               lambda runs: matches_reference(runs, lambda w: reference(runs.params["seed"], w.world_size),
                                              "the reference"),
-              hint="divide each micro-batch's loss by accum_steps so that the window's gradient is a mean"),
+              hint="divide each micro-batch's loss by the number of micro-batches in its window (accum_steps, "
+                   "or fewer in a short last window) so that every window's gradient is a mean"),
     ],
 )
