@@ -16,6 +16,7 @@ CAUGHT_BY = {
     ("2.0", "wrong_broadcast_each_step"): "Q1: how DDP keeps the replicas identical",
     ("2.1", "wrong_rank_as_local_rank"): "rank, local rank and world size come from the launcher's environment",
     ("2.1", "wrong_nccl_on_cpu"): "backend: gloo on CPUs, nccl on GPUs",
+    ("2.1", "wrong_swapped_return"): "rank, local rank and world size come from the launcher's environment",
     ("2.1", "wrong_fixed_port"): "rendezvous through the launcher's environment (no hard-coded address or port)",
     ("2.2", "wrong_no_sampler"): "the loader draws from a DistributedSampler",
     ("2.2", "wrong_shuffle_beside_sampler"): "no shuffle=True beside the sampler",
@@ -154,6 +155,11 @@ def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():
     report = graded("2.4", "wrong_mean_of_accuracies")
     message = {c.name: c for c in report.checks}["accuracy equals the single-process accuracy"].message
     assert "world size 2" in message
+
+
+def test_a_swapped_return_tuple_is_named_as_such():
+    report = graded("2.1", "wrong_swapped_return")
+    assert "in another order" in report.to_text() and "local rank 1" not in report.to_text()
 
 
 def test_summed_gradients_are_named_as_such():

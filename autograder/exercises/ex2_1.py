@@ -58,7 +58,12 @@ def _environment(runs):
         got = r.result["returned"]
         if not isinstance(got, list) or len(got) != 4:
             return f"setup() must return (rank, local_rank, world_size, device); it returned {got}"
-        for name, g, w in zip(names, got[:3], _expected(r, runs.backend)[:3]):
+        want = _expected(r, runs.backend)[:3]
+        if got[:3] != want and sorted(got[:3]) == sorted(want) and len(set(want)) == 3:
+            return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} returned "
+                    f"({', '.join(got[:3])}), the launcher's numbers ({', '.join(want)}) in another order: setup() returns "
+                    "(rank, local_rank, world_size, device)")
+        for name, g, w in zip(names, got[:3], want):
             if g != w:
                 return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} "
                         f"returned {name} {g}, but the launcher set {w}")
