@@ -94,10 +94,6 @@ class LaunchResult:
     def world_size(self) -> int:
         return self.layout.world_size
 
-    @property
-    def hung(self) -> bool:
-        return self.stall is not None
-
 
 def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -> dict[str, str]:
     """The variables torchrun gives each worker (see torch.distributed.run)."""
