@@ -75,28 +75,40 @@ def training_on_shares(dataset: TensorDataset, shares: list[list[list[int]]], ba
     return flat(model)
 
 
-def accumulated_training(model: torch.nn.Module, micro_batches: list[list[tuple]], accum_steps: int,
+def accumulated_training(make, micro_batches: list[list[tuple]], windows: list[list[dict]],
                          lr: float) -> torch.Tensor:
-    """Gradient accumulation over windows of `accum_steps` micro-batches, averaged over ranks.
+    """Rank 0's parameters after gradient accumulation over the ranks' own windows.
 
-    micro_batches[rank][k] is rank's k-th (x, y); one SGD step per window. A short last window is a
-    window too: its gradient is the mean over the micro-batches it holds.
+    micro_batches[rank][k] is rank's k-th (x, y); windows[rank] lists the rank's windows in order, each
+    with its micro-batch indices ("micro") and how its gradients were combined. Every rank keeps a
+    model of its own, built by ``make()``: a window whose last backward ran in sync mode, or whose
+    gradients the code all-reduced itself, steps every model with the mean over ranks of their window
+    gradients (a window's gradient being the mean over its micro-batches); any other window steps each
+    model with its own.
     """
-    optimizer = SGD(model.parameters(), lr=lr)
-    world_size, steps = len(micro_batches), len(micro_batches[0])
-    for start in range(0, steps, accum_steps):
-        optimizer.zero_grad()
-        loss = 0.0
-        for share in micro_batches:
-            window = share[start:start + accum_steps]
-            for x, y in window:
-                loss = loss + F.cross_entropy(model(x), y) / len(window)
-        (loss / world_size).backward()
-        optimizer.step()
-    return flat(model)
+    models = [make() for _ in micro_batches]
+    optimizers = [SGD(m.parameters(), lr=lr) for m in models]
+    for step in zip(*windows):
+        grads = []
+        for model, share, window in zip(models, micro_batches, step):
+            model.zero_grad(set_to_none=True)
+            used = [share[k] for k in window["micro"] if 0 <= k < len(share)]
+            loss = sum(F.cross_entropy(model(x), y) for x, y in used) / max(len(used), 1)
+            grads.append(torch.autograd.grad(loss, list(model.parameters())) if used else None)
+        combined = all(w["by_hand"] or (w["synced"] and w["synced"][-1]) for w in step)
+        present = [g for g in grads if g is not None]
+        if combined and present:
+            mean = [sum(parts) / len(step) for parts in zip(*present)]
+            grads = [mean] * len(step)
+        for model, optimizer, g in zip(models, optimizers, grads):
+            for p, gp in zip(model.parameters(), g or []):
+                p.grad = gp.clone()
+            optimizer.step()
+    return flat(models[0])
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, dataset: TensorDataset) -> float:
+def correct_predictions(model: torch.nn.Module, dataset: TensorDataset) -> list[int]:
+    """1 where the model's prediction for the sample is right, else 0: an accuracy over any subset."""
     x, y = dataset.tensors
-    return (model(x).argmax(dim=1) == y).sum().item() / len(y)
+    return (model(x).argmax(dim=1) == y).int().tolist()

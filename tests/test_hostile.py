@@ -77,7 +77,8 @@ def test_the_expected_answer_is_nowhere_in_a_ranks_memory(clean):
 
     report = grade("hunts_for_the_answer_2_4")
     found = report.problem.split("FOUND", 1)[1].splitlines()[0]
-    expected = ex2_4.expected(0)["accuracy"]
+    correct = ex2_4.expected(0)["correct"]
+    expected = sum(correct) / len(correct)
     assert repr(expected) not in found and f"{expected:.6f}" not in found
     assert report.score == 0
 

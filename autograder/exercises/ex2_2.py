@@ -32,17 +32,15 @@ def harness(student, rank, layout, rec, seed, **_):
     return {"sampler": type(sampler).__name__, "distributed": isinstance(sampler, DistributedSampler), "epochs": epochs}
 
 
-def _uses_distributed_sampler(runs):
-    for world, r in each_rank(runs):
-        if not r.result["distributed"]:
-            return f"rank {r.rank}: the loader's sampler is a {r.result['sampler']}, not a DistributedSampler"
-
-
 def _disjoint_and_covering(runs):
     for world in runs:
+        plain = [r for r in world.ranks if not r.result["distributed"]]
         for epoch in range(EPOCHS):
             shares = {r.rank: r.result["epochs"][epoch]["indices"] for r in world.ranks}
             message = shares_disjoint_and_covering(shares, N, world.world_size, f"world size {world.world_size}, epoch {epoch}")
+            if message and plain:
+                message += (f"; rank {plain[0].rank}'s loader draws from a {plain[0].result['sampler']}, "
+                            "not a DistributedSampler, so it knows nothing of the other ranks")
             if message:
                 return message
 
@@ -82,10 +80,9 @@ EXERCISE = Exercise(
     work=lambda runs: None if any(isinstance(r.result, dict) and any(e.get("indices") for e in r.result.get("epochs", []))
                                   for w in runs for r in w.ranks) else "the loader gave no sample on any rank",
     checks=[
-        Check("the loader draws from a DistributedSampler", 2, _uses_distributed_sampler,
-              hint="DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset))"),
-        Check("each epoch the ranks' samples are disjoint and cover the dataset", 3, _disjoint_and_covering,
-              hint="let DistributedSampler take the rank and world size from the process group"),
+        Check("each epoch the ranks' samples are disjoint and cover the dataset", 5, _disjoint_and_covering,
+              hint="DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset)): the sampler "
+                   "takes the rank and the world size from the process group"),
         Check("the order changes every epoch once set_epoch is called (shuffle in the sampler)", 2, _order_changes,
               hint="keep DistributedSampler's shuffle=True (the default); the training loop calls set_epoch"),
         Check("no shuffle=True beside the sampler", 2, _no_shuffle_beside_sampler, needs="partial",

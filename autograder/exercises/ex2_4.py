@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from autograder.checks import Check, each_rank, every_rank_calls_the_same_collectives, shares_disjoint_and_covering
 from autograder.exercises import Exercise
-from autograder.reference import accuracy
+from autograder.reference import correct_predictions
 from autograder.rig import device_for, join_group, row_index
 from ddpcourse import make_model, toy_dataset
 
@@ -19,7 +19,7 @@ N = 101  # not a multiple of 2 or 3: padding and uneven shares show
 
 def expected(seed: int) -> dict:
     """Computed by the grader once the ranks have ended; never handed to them."""
-    return {"accuracy": accuracy(make_model(seed + 1), toy_dataset(n=N, seed=seed))}
+    return {"correct": correct_predictions(make_model(seed + 1), toy_dataset(n=N, seed=seed))}
 
 
 def _work(runs):
@@ -82,14 +82,26 @@ def _each_rank_scores_its_share(runs):
 
 
 def _equals_single_process(runs):
-    want = runs.params["accuracy"]
+    """Rank 0's value against the accuracy over the samples the ranks actually scored.
+
+    Scored twice (padding) or never, a sample is charged by the check of each sample once; returned
+    uncombined (each rank its own accuracy), by the check of the same accuracy on every rank. Here
+    only the arithmetic of combining counts is judged.
+    """
+    correct = runs.params["correct"]
     for world in runs:
+        scored = {r.rank: [i for e in r.of("scored") for i in e["indices"] if 0 <= i < N] for r in world.ranks}
+        everywhere = [i for share in scored.values() for i in share] or range(N)
+        want = sum(correct[i] for i in everywhere) / len(everywhere)
+        accepted = [want]
+        if len({r.result for r in world.ranks}) > 1 and scored[0]:
+            accepted.append(sum(correct[i] for i in scored[0]) / len(scored[0]))  # rank 0's own, uncombined
         got = world.ranks[0].result
         # float32 counts are fine; an average of per-rank accuracies is not
-        if not isinstance(got, numbers.Real) or not abs(got - want) <= 1e-6:
+        if not isinstance(got, numbers.Real) or not any(abs(got - a) <= 1e-6 for a in accepted):
             shown = f"{got:.6f}" if isinstance(got, numbers.Real) else str(got)[:60]
             return (f"world size {world.world_size}: rank 0 returned {shown}, but the model's accuracy over "
-                    f"the {N} samples is {want:.6f}")
+                    f"the {len(everywhere)} samples the ranks scored is {want:.6f}")
 
 
 EXERCISE = Exercise(

@@ -22,4 +22,8 @@ MISTAKES = {
     "wrong_always_no_sync": (
         "runs the window's last backward inside no_sync too: the gradients are never all-reduced",
         [(LAST, LAST.replace("        (F.", "        with model.no_sync():\n            (F."))]),
+    "wrong_steps_every_micro_batch": (
+        "ignores accum_steps: one optimizer step after every micro-batch",
+        [("range(0, len(micro_batches), accum_steps)", "range(0, len(micro_batches))"),
+         ("micro_batches[start:start + accum_steps]", "micro_batches[start:start + 1]")]),
 }
