@@ -95,6 +95,14 @@ def _deadlock_cause(world: WorldRun) -> str:
     numbers = {e.get("n") for e in waits.values()}
     if len(numbers) > 1:
         return f"{where}: the ranks have called it a different number of times"
+    roots = {e.get("root") for e in waits.values()}
+    if len(roots) > 1:
+        shown = ", ".join(f"rank {r}: {e.get('root')}" for r, e in sorted(waits.items()))
+        return (f"{where}: the ranks name different root ranks ({shown}); every rank must name the same one, "
+                "the rank whose tensor is sent (or that receives the result)")
+    if calls == {"send"}:
+        return (f"{where}: every rank is in a blocking send and none is receiving; a send returns only once its "
+                "peer receives, so some ranks must receive first (or send with isend and wait after receiving)")
     shapes = {str(e.get("shape")) for e in waits.values()}
     if len(shapes) > 1:
         shown = ", ".join(f"rank {r} {e.get('shape')}" for r, e in sorted(waits.items()))
@@ -134,6 +142,10 @@ def _init_cause(world: WorldRun, waits: dict[int, dict]) -> str:
 
 def _call(event: dict) -> str:
     call = f"{event.get('call')} #{event.get('n')}"
+    if event.get("root") is not None:
+        call += f" with root {event['root']}"
+    if event.get("peer") is not None:
+        call += f" {'to' if event.get('call') in ('send', 'isend') else 'from'} rank {event['peer']}"
     return f"{call} ({event['caller']})" if event.get("caller") else call
 
 

@@ -112,3 +112,19 @@ def correct_predictions(model: torch.nn.Module, dataset: TensorDataset) -> list[
     """1 where the model's prediction for the sample is right, else 0: an accuracy over any subset."""
     x, y = dataset.tensors
     return (model(x).argmax(dim=1) == y).int().tolist()
+
+
+def parameter_blocks(model: torch.nn.Module) -> list[tuple[str, slice]]:
+    """(name, where it lies in the flattened parameters) for each of the model's parameters."""
+    blocks, start = [], 0
+    for name, p in model.named_parameters():
+        blocks.append((name, slice(start, start + p.numel())))
+        start += p.numel()
+    return blocks
+
+
+def gradients_at(model: torch.nn.Module, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The flattened gradient of the cross-entropy on (x, y) with ``model``'s parameters set to ``params``."""
+    torch.nn.utils.vector_to_parameters(params.float(), model.parameters())
+    loss = F.cross_entropy(model(x), y)
+    return torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(model.parameters()))]).double()

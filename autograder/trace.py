@@ -25,6 +25,7 @@ import json
 import sys
 import math
 import os
+import threading
 import time
 import traceback
 import weakref
@@ -105,6 +106,11 @@ class Recorder:
                 flat = torch.cat([p.detach().double().cpu().flatten() for p in params])
             self.snapshots.append((label, flat))
             self.event("snapshot", label=label, index=len(self.snapshots) - 1)
+
+    def keep(self, label: str, values: torch.Tensor):
+        """A flat vector the exercise's harness saves beside the parameter snapshots (same length)."""
+        with torch.no_grad():
+            self.snapshots.append((label, values.detach().double().cpu().flatten().clone()))
 
     def fail(self, exc: BaseException):
         self.error = "".join(traceback.format_exception(exc))[-20000:]
@@ -188,6 +194,37 @@ def _patch(rec: Recorder, owner, name: str, make):
     wrapper = functools.wraps(original)(make(original))
     setattr(owner, name, wrapper)
     rec.patched(owner, name, wrapper)
+    if owner is dist:
+        # torch.distributed re-exports distributed_c10d's functions: wrap them where they are
+        # defined too, so a call through the module (or P2POp's check of isend) sees the same wrapper.
+        from torch.distributed import distributed_c10d
+
+        if getattr(distributed_c10d, name, None) is original:
+            setattr(distributed_c10d, name, wrapper)
+            rec.patched(distributed_c10d, name, wrapper)
+
+
+_calling = threading.local()  # inside a recorded communication call: the calls it makes are its own
+
+
+def _outermost(make):
+    """Record a communication call only when the student made it, not when another one did.
+
+    dist.send is isend(...).wait(), all_gather_object uses all_gather: one call, one record.
+    """
+    def outer_make(original):
+        recorded = make(original)
+
+        def wrapper(*args, **kwargs):
+            if getattr(_calling, "active", False):
+                return original(*args, **kwargs)
+            _calling.active = True
+            try:
+                return recorded(*args, **kwargs)
+            finally:
+                _calling.active = False
+        return wrapper
+    return outer_make
 
 
 def _tensor_info(value) -> dict:
@@ -253,7 +290,11 @@ def _wrap_collective(rec: Recorder, name: str):
             if op is None and name in ("all_reduce", "reduce") and len(args) > (1 if name == "all_reduce" else 2):
                 op = args[1] if name == "all_reduce" else args[2]
             info = _tensor_info(args[0] if args else kwargs.get("tensor"))
-            rec.event("collective", op=name, reduce_op=str(op) if op is not None else None, caller=where, done=False)
+            root = _root(name, args, kwargs)
+            if root is not None:
+                info["root"] = root
+            rec.event("collective", op=name, reduce_op=str(op) if op is not None else None, caller=where, done=False,
+                      **({"root": root} if root is not None else {}))
             n = rec.enter(name, caller=where, **info)
             out = original(*args, **kwargs)
             rec.leave(name, n)
@@ -261,7 +302,20 @@ def _wrap_collective(rec: Recorder, name: str):
             return out
         return wrapper
 
-    _patch(rec, dist, name, make)
+    _patch(rec, dist, name, _outermost(make))
+
+
+# The rank a rooted collective sends from or gathers to, and where it is among the arguments.
+_ROOTS = {"broadcast": ("src", 1), "reduce": ("dst", 1), "gather": ("dst", 2), "scatter": ("src", 2),
+          "broadcast_object_list": ("src", 1), "gather_object": ("dst", 2), "scatter_object_list": ("src", 2)}
+
+
+def _root(name: str, args, kwargs) -> int | None:
+    if name not in _ROOTS:
+        return None
+    keyword, position = _ROOTS[name]
+    value = kwargs.get(keyword, kwargs.get(f"group_{keyword}", args[position] if len(args) > position else 0))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _wrap_point_to_point(rec: Recorder, name: str):
@@ -277,7 +331,8 @@ def _wrap_point_to_point(rec: Recorder, name: str):
                                  "bytes": o.tensor.numel() * o.tensor.element_size()} for o in ops]}
             else:
                 tensor = args[0] if args else kwargs.get("tensor")
-                peer = args[1] if len(args) > 1 else kwargs.get("dst", kwargs.get("src"))
+                peer = args[1] if len(args) > 1 else next(
+                    (kwargs[k] for k in ("dst", "src", "group_dst", "group_src") if kwargs.get(k) is not None), None)
                 info = {"peer": peer, "bytes": tensor.numel() * tensor.element_size()} if isinstance(tensor, torch.Tensor) else {}
             n = rec.enter(name, caller=where, **info)
             out = original(*args, **kwargs)
@@ -285,7 +340,7 @@ def _wrap_point_to_point(rec: Recorder, name: str):
             return out
         return wrapper
 
-    _patch(rec, dist, name, make)
+    _patch(rec, dist, name, _outermost(make))
 
 
 def _wrap_spawn(rec: Recorder):

@@ -11,7 +11,9 @@ import pytest
 from autograder import engine, exercises
 from conftest import SUBMISSIONS, edits
 
-RUNS = {"2.1": "the code runs to the end on every rank at every world size",
+RUNS = {"1.1": "the code runs to the end on every rank at every world size",
+        "1.2": "the code runs to the end on every rank at every world size",
+        "2.1": "the code runs to the end on every rank at every world size",
         "2.2": "the code runs to the end on every rank at every world size",
         "2.3": "the script runs to the end on every rank",
         "2.4": "the code runs to the end on every rank at every world size"}
@@ -19,7 +21,22 @@ RUNS = {"2.1": "the code runs to the end on every rank at every world size",
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
 # Two names mean two mistakes in one control (a hand-made all-reduce that also sums).
+MEAN = "after average_gradients every gradient is the mean over the ranks (in place)"
+RING = "ring traffic: 2(W-1) messages per rank, each about 1/W of the tensor"
+SUM = "every rank holds the sum over the ranks, in place, for every length"
 CAUGHT_BY = {
+    ("1.1", "wrong_summed"): {MEAN},
+    ("1.1", "wrong_averaged_twice"): {MEAN},
+    ("1.1", "wrong_averages_a_copy"): {MEAN},
+    ("1.1", "wrong_only_weights"): {MEAN},
+    ("1.1", "wrong_reduce_to_rank0"): {MEAN},
+    ("1.1", "wrong_broadcast_from_own_rank"): {RUNS["1.1"], "after broadcast_parameters every rank holds rank 0's weights"},
+    ("1.1", "wrong_broadcast_on_rank0_only"): {RUNS["1.1"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("1.1", "wrong_frozen_crashes"): {"a frozen parameter (no gradient) is left alone, without an error"},
+    ("1.2", "wrong_gather_to_rank0"): {RING},
+    ("1.2", "wrong_builtin"): {"only point-to-point messages: no built-in collective"},
+    ("1.2", "wrong_even_chunks"): {SUM},
+    ("1.2", "wrong_sends_before_receiving"): {RUNS["1.2"]},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},

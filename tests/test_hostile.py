@@ -195,7 +195,7 @@ def test_the_rank_that_failed_first_is_named_with_its_own_failure(name, first_li
 
 @pytest.mark.parametrize("name,cause", [
     ("mismatched_collectives_2_4", "rank 0 in all_reduce #1 (exercise cell line 21, in evaluate), "
-                                   "rank 1 in broadcast #1 (exercise cell line 19, in evaluate)"),
+                                   "rank 1 in broadcast #1 with root 0 (exercise cell line 19, in evaluate)"),
     ("shape_mismatch_2_4", "other shapes"),
     ("fixed_world_size_2_3", "passed world_size=4, but the launcher started 1 process(es)"),
     ("spawns_inside_2_3", "mp.spawn inside a script that the launcher already started"),

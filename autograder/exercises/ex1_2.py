@@ -1,0 +1,167 @@
+"""Exercise 1.2: ring all-reduce from point-to-point messages: ring_all_reduce(tensor) sums in place.
+
+Each rank's tensors are integers held as float32, so any order of summation gives the exact sum.
+The messages are read from the trace (who sent how many bytes to whom, in which call), so a
+solution that gets the right sum the wrong way (everything through rank 0) is told by its traffic.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from autograder.checks import Check
+from autograder.exercises import Exercise
+from autograder.rig import join_group
+
+SENDS = ("send", "isend")
+RECEIVES = ("recv", "irecv")
+
+
+def lengths(world_size: int) -> list[int]:
+    """A multiple of W, one more than a multiple, one shorter than W (or 1), and a longer one."""
+    w = world_size
+    return [4 * w, 4 * w + 1, max(w - 1, 1), 250 * w + 3]
+
+
+def tensor_for(seed: int, rank: int, case: int, length: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(10_000 * (seed + 1) + 100 * case + rank)
+    return torch.randint(-50, 50, (length,), generator=g).float()
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    join_group()
+    results = []
+    for case, length in enumerate(lengths(layout.world_size)):
+        tensor = tensor_for(seed, rank, case, length)
+        rec.event("case", index=case)
+        returned = student.ring_all_reduce(tensor)
+        rec.event("case_done", index=case)
+        results.append({"in_place": tensor.tolist(),
+                        "returned": returned.tolist() if isinstance(returned, torch.Tensor) else None})
+    dist.barrier()  # leave together: see rig.join_group
+    dist.destroy_process_group()
+    return results
+
+
+def _cases(r) -> dict[int, list[dict]]:
+    """The events of each call of ring_all_reduce, by case."""
+    found, current = {}, None
+    for e in r.events:
+        if e.get("kind") == "case":
+            current = found.setdefault(e["index"], [])
+        elif e.get("kind") == "case_done":
+            current = None
+        elif current is not None:
+            current.append(e)
+    return found
+
+
+def _messages(events: list[dict], kinds: tuple[str, ...]) -> list[int]:
+    """The sizes in bytes of the messages of these kinds: single calls, and those inside a batch."""
+    sizes = [e.get("bytes", 0) for e in events if e.get("kind") == "enter" and e.get("call") in kinds]
+    for e in events:
+        if e.get("kind") == "enter" and e.get("call") == "batch_isend_irecv":
+            sizes += [o.get("bytes", 0) for o in e.get("ops", []) if o.get("op") in kinds]
+    return sizes
+
+
+def _sum_on_every_rank(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        w = world.world_size
+        for case, length in enumerate(lengths(w)):
+            want = sum(tensor_for(seed, rank, case, length) for rank in range(w))
+            label = f"world size {w}, length {length}{_divides(length, w)}"
+            for r in world.ranks:
+                got = r.result[case]
+                values = torch.tensor(got["in_place"], dtype=torch.float32)
+                if values.shape == want.shape and torch.equal(values, want):
+                    continue
+                returned = got.get("returned")
+                if returned is not None and torch.tensor(returned).shape == want.shape and \
+                        torch.equal(torch.tensor(returned, dtype=torch.float32), want):
+                    return (f"{label}: rank {r.rank} returned the sum but left its own tensor unchanged; "
+                            "ring_all_reduce must sum in place, as dist.all_reduce does")
+                wrong = (values != want).nonzero().flatten().tolist() if values.shape == want.shape else []
+                if not wrong:
+                    return f"{label}: rank {r.rank}'s tensor has {values.numel()} elements after the call"
+                return (f"{label}: on rank {r.rank}, {len(wrong)} of the {length} elements differ from the "
+                        f"sum over the ranks, elements {_spans(wrong)} (element {wrong[0]} is "
+                        f"{values[wrong[0]].item():g}, the sum {want[wrong[0]].item():g})")
+
+
+def _divides(length: int, w: int) -> str:
+    if w == 1:
+        return ""
+    return " (shorter than the world size)" if length < w else \
+        (" (a multiple of the world size)" if length % w == 0 else " (not a multiple of the world size)")
+
+
+def _spans(indices: list[int]) -> str:
+    spans, start = [], indices[0]
+    for a, b in zip(indices, indices[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(spans[:4]) + (", ..." if len(spans) > 4 else "")
+
+
+def _no_builtin_collective(runs):
+    for world in runs:
+        for r in world.ranks:
+            for case, events in sorted(_cases(r).items()):
+                used = [e for e in events if e.get("kind") == "collective" and e.get("caller")]
+                if used:
+                    return (f"world size {world.world_size}: rank {r.rank} called dist.{used[0]['op']} at "
+                            f"{used[0]['caller']}; build the all-reduce from send and recv alone")
+
+
+def _ring_traffic(runs):
+    for world in sorted(runs, key=lambda w: -w.world_size):  # the largest ring shows the traffic best
+        w = world.world_size
+        for r in world.ranks:
+            for case, events in sorted(_cases(r).items()):
+                length = lengths(w)[case]
+                if length < w or any(e.get("kind") == "collective" and e.get("caller") for e in events):
+                    continue  # empty chunks may be skipped; built-in collectives are charged elsewhere
+                sent = _messages(events, SENDS)
+                low, high = 2 * (w - 1) * (length // w) * 4, 2 * (w - 1) * -(-length // w) * 4
+                if len(sent) != 2 * (w - 1) or not low <= sum(sent) <= high:
+                    share = f"{2 * (w - 1) / w:g}x"
+                    return (f"world size {w}, length {length} ({length * 4} bytes): rank {r.rank} sent "
+                            f"{len(sent)} message(s), {sum(sent)} bytes in all; a ring sends {2 * (w - 1)} "
+                            f"messages of one chunk (about 1/{w} of the tensor) each, 2(W-1)/W = {share} the tensor "
+                            f"in all ({low}-{high} bytes)"
+                            + (f", the same on every rank" if w > 1 else ""))
+
+
+def _work(runs):
+    if not any(w.world_size > 1 for w in runs):
+        return None  # one process sends nothing: no sign either way
+    if not any(_messages(events, SENDS) for w in runs if w.world_size > 1
+               for r in w.ranks for events in _cases(r).values()):
+        return "no rank sent a message with send or isend: the ring is built from them"
+
+
+EXERCISE = Exercise(
+    id="1.2",
+    title="ring all-reduce from send and recv",
+    kind="function",
+    entry="ring_all_reduce",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    world_sizes=(1, 2, 3, 4),
+    checks=[
+        Check("every rank holds the sum over the ranks, in place, for every length", 5, _sum_on_every_rank,
+              hint="chunk boundaries from torch.tensor_split(tensor, world_size) (or the same arithmetic) "
+                   "work for any length, also when the world size does not divide it"),
+        Check("only point-to-point messages: no built-in collective", 2, _no_builtin_collective, needs="partial",
+              hint="the exercise builds all-reduce itself: dist.send / dist.recv, or isend / irecv"),
+        Check("ring traffic: 2(W-1) messages per rank, each about 1/W of the tensor", 3, _ring_traffic,
+              hint="W-1 steps of reduce-scatter, then W-1 of all-gather, each step one chunk to "
+                   "(rank + 1) % W and one from (rank - 1) % W; gathering everything on rank 0 sends "
+                   "(W-1) whole tensors through one rank"),
+    ],
+)
