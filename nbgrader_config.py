@@ -19,8 +19,8 @@ from autograder.nbgrader_grading import GradeInSandbox
 c = get_config()  # noqa: F821 (nbgrader defines it when it loads this file)
 
 c.CourseDirectory.course_id = "ddp-course"
-# The assignment is "ps2" (solutions/02_ddp_basics.ipynb; see scripts/release.py): name it on the
-# command line, `nbgrader autograde ps2`. It is not set here as CourseDirectory.assignment_id,
+# Each lesson is an assignment: "ps1" (solutions/01_parallelism.ipynb), "ps2" (solutions/02_ddp_basics.ipynb); see
+# scripts/release.py. Name it on the command line, `nbgrader autograde ps2`. It is not set here as CourseDirectory.assignment_id,
 # since nbgrader then refuses every command that names an assignment.
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

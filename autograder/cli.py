@@ -7,7 +7,7 @@ import json
 import signal
 import sys
 
-from autograder import exercises
+from autograder import exercises, source
 from autograder.source import UsageError
 
 
@@ -77,8 +77,8 @@ def _main(argv: list[str] | None) -> int:
     from autograder.engine import grade_each  # imports torch: only when grading
 
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    ids = exercises.ids() if args.exercise == "all" else [args.exercise]
     try:
+        ids = source.exercises_in(args.path, exercises.ids()) if args.exercise == "all" else [args.exercise]
         reports = grade_each(ids, args.path, args.world_sizes, seed=args.seed, timeout=args.timeout,
                              backend=args.backend, sandbox_setting=args.sandbox, progress=progress)
     except UsageError as exc:

@@ -38,6 +38,21 @@ def code_cells(text: str) -> list[str]:
     return sources
 
 
+def exercises_in(path: Path, known: list[str]) -> list[str]:
+    """The known exercises that ``path`` (a notebook) has a cell for, in the course's order."""
+    path = Path(path)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise UsageError(f"`grade all` grades a notebook: {path} is not one")
+    try:
+        found = {magic_id(source) for source in code_cells(path.read_text(encoding="utf-8"))}
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path} as a notebook ({exc.__class__.__name__}: {exc})") from None
+    ids = [i for i in known if i in found]
+    if not ids:
+        raise UsageError(f"{path} has no exercise cell: an exercise cell's first line is `{MAGIC} N.M`")
+    return ids
+
+
 def cell_from_notebook(path: Path, exercise_id: str) -> str:
     try:
         sources = code_cells(path.read_text(encoding="utf-8"))

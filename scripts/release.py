@@ -3,8 +3,9 @@
     python scripts/release.py [--out DIR] [--sync-points]
 
 nbgrader needs a course directory, so one is made in a temporary directory, with this
-repository's nbgrader_config.py; `nbgrader generate_assignment` clears the solutions and the
-hidden tests, and the released notebooks are copied to DIR (default: exercises/).
+repository's nbgrader_config.py; each notebook is an assignment of its own, named by its number
+(solutions/01_parallelism.ipynb is "ps1"); `nbgrader generate_assignment` clears the solutions and
+the hidden tests, and the released notebooks are copied to DIR (default: exercises/).
 Never edit exercises/ by hand: tests/test_release.py checks that it matches this script's output.
 
 --sync-points first sets each check cell's points in solutions/ to what its exercise is
@@ -24,7 +25,6 @@ from pathlib import Path
 
 import nbformat
 
-ASSIGNMENT = "ps2"  # nbgrader's name for solutions/*.ipynb
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 CONFIG = ROOT / "nbgrader_config.py"
@@ -60,20 +60,26 @@ def tool_environment(**extra: str) -> dict[str, str]:
     return dict(os.environ, PATH=os.pathsep.join([scripts, os.environ.get("PATH", "")]), **extra)
 
 
+def assignment(notebook: Path) -> str:
+    """nbgrader's name for a problem set: "ps2" for solutions/02_ddp_basics.ipynb."""
+    return f"ps{int(notebook.name.split('_', 1)[0])}"
+
+
 def release(out: Path) -> list[Path]:
+    written = []
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
         course = Path(tmp)
         shutil.copy(CONFIG, course)
-        shutil.copytree(SOLUTIONS, course / "source" / ASSIGNMENT,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
-                              cwd=course, capture_output=True, text=True, env=tool_environment())
-        if done.returncode != 0:
-            raise SystemExit(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
-        out.mkdir(parents=True, exist_ok=True)
-        written = []
-        for notebook in sorted((course / "release" / ASSIGNMENT).glob("*.ipynb")):
-            written.append(Path(shutil.copy(notebook, out)))
+        for notebook in sorted(SOLUTIONS.glob("*.ipynb")):
+            name = assignment(notebook)
+            (course / "source" / name).mkdir(parents=True)
+            shutil.copy(notebook, course / "source" / name)
+            done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force"],
+                                  cwd=course, capture_output=True, text=True, env=tool_environment())
+            if done.returncode != 0:
+                raise SystemExit(f"nbgrader generate_assignment {name} failed:\n{done.stdout}{done.stderr}")
+            out.mkdir(parents=True, exist_ok=True)
+            written.append(Path(shutil.copy(course / "release" / name / notebook.name, out)))
     return written
 
 

@@ -25,6 +25,8 @@ MEAN = "after average_gradients every gradient is the mean over the ranks (in pl
 RING = "ring traffic: 2(W-1) messages per rank, each about 1/W of the tensor"
 SUM = "every rank holds the sum over the ranks, in place, for every length"
 CAUGHT_BY = {
+    ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
+                                               "Q5: the idle share of a pipeline"},
     ("1.1", "wrong_summed"): {MEAN},
     ("1.1", "wrong_averaged_twice"): {MEAN},
     ("1.1", "wrong_averages_a_copy"): {MEAN},
@@ -155,7 +157,7 @@ def test_wrong_submission_fails_exactly_the_checks_that_name_its_mistake(exercis
     assert not report.all_passed and report.score < report.max_score
 
 
-@pytest.mark.parametrize("exercise_id", [ex for ex in exercises.ids() if ex != "2.0"])
+@pytest.mark.parametrize("exercise_id", [ex for ex in exercises.ids() if exercises.get(ex).entry != "ANSWERS"])
 def test_not_started_says_so_instead_of_a_wall_of_errors(exercise_id):
     report = graded(exercise_id, "not_started")
     assert report.not_started
@@ -199,37 +201,49 @@ def test_summed_gradients_are_named_as_such():
     assert "summed, not averaged" in report.to_text()
 
 
-def test_unanswered_questions_score_nothing_and_say_so():
-    report = graded("2.0", "not_started")
+QUIZZES = {"1.0": "01_parallelism.ipynb", "2.0": "02_ddp_basics.ipynb"}
+
+
+def quiz(exercise_id: str):
+    import importlib
+
+    return importlib.import_module(f"autograder.exercises.ex{exercise_id.replace('.', '_')}")
+
+
+@pytest.mark.parametrize("exercise_id", QUIZZES)
+def test_unanswered_questions_score_nothing_and_say_so(exercise_id):
+    report = graded(exercise_id, "not_started")
     assert report.score == 0
     assert all("not answered yet" in c.message for c in report.checks)
 
 
-def test_quiz_check_names_do_not_give_the_answers_away():
-    from autograder.exercises.ex2_0 import ACCEPTED, QUESTIONS, digest
-
-    for key, (name, _) in QUESTIONS.items():
+@pytest.mark.parametrize("exercise_id", QUIZZES)
+def test_quiz_check_names_do_not_give_the_answers_away(exercise_id):
+    module = quiz(exercise_id)
+    for key, (name, _) in module.QUESTIONS.items():
         words = name.lower().replace(":", " ").replace("(", " ").replace(")", " ").split()
-        assert not any(digest(key, word) in ACCEPTED[key] for word in words), name
+        assert not any(module.digest(key, word) in module.ACCEPTED[key] for word in words), name
 
 
-def test_the_answer_key_is_not_in_the_package_in_plain():
-    from autograder.exercises import ex2_0
+@pytest.mark.parametrize("exercise_id,plain", [("2.0", ['"gloo"', "'gloo'", '"32"']),
+                                               ("1.0", ['"16"', '"150"', '"300"', '"3/7"'])])
+def test_the_answer_key_is_not_in_the_package_in_plain(exercise_id, plain):
+    text = Path(quiz(exercise_id).__file__).read_text()
+    assert not [p for p in plain if p in text]
 
-    text = Path(ex2_0.__file__).read_text()
-    assert '"gloo"' not in text and "'gloo'" not in text and '"32"' not in text
 
-
-def test_no_right_option_can_be_told_by_its_length():
+@pytest.mark.parametrize("exercise_id", QUIZZES)
+def test_no_right_option_can_be_told_by_its_length(exercise_id):
     """A student who never read the lesson must not find the answer by picking the longest option."""
     import json
     import re
 
-    from autograder.exercises.ex2_0 import ACCEPTED, digest
     from conftest import ROOT
 
-    cells = json.loads((ROOT / "solutions" / "02_ddp_basics.ipynb").read_text())["cells"]
-    text = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "task_2_0")
+    ACCEPTED, digest = quiz(exercise_id).ACCEPTED, quiz(exercise_id).digest
+    cells = json.loads((ROOT / "solutions" / QUIZZES[exercise_id]).read_text())["cells"]
+    task = f"task_{exercise_id.replace('.', '_')}"
+    text = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == task)
     for key, block in re.findall(r'\*\*Q\d \(`"(\w+)"`\)\.\*\*(.*?)(?=\*\*Q\d|\Z)', text, re.S):
         options = dict(re.findall(r"^- ([a-d])\) (.*?)(?=^- [a-d]\)|\Z)", block, re.S | re.M))
         if not options:
