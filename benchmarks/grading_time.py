@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {ex: ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}" / name for ex, name in {
-    "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
+    "1.1": "correct_loops.py", "1.2": "correct_async.py", "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
     "2.4": "correct_strided.py", "2.5": "correct_contextlib.py"}.items()}
 
 
@@ -93,9 +93,9 @@ def main():
 
     grader = WarmGrader()
     try:
-        for ex in ("2.4", "2.3"):
+        for ex in ("2.4", "2.3", "1.2"):
             request = {"exercise": ex, "path": str(SOLUTIONS[ex]), "seed": 0}
-            for attempt in ("first check of the kernel" if ex == "2.4" else "first check of 2.3", "a later check"):
+            for attempt in ("first check of the kernel" if ex == "2.4" else f"first check of {ex}", "a later check"):
                 start = time.perf_counter()
                 grader.ask(request, 120)
                 row(f"{ex} {attempt}", time.perf_counter() - start, floor)

@@ -189,13 +189,17 @@ def menu(page, top: str, item: str):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
 
 
-def code_cell(page, first_line: str):
-    """The code cell whose source starts with `first_line`."""
-    cells = page.locator(".jp-CodeCell")
-    for i in range(cells.count()):
-        if cells.nth(i).locator(".cm-content").inner_text().startswith(first_line):
-            return cells.nth(i)
-    raise AssertionError(f"no cell starts with {first_line!r}")
+def code_cell(page, first_line: str, wait: float = 60):
+    """The code cell whose source starts with `first_line`, once JupyterLab has rendered it."""
+    deadline = time.monotonic() + wait
+    while True:
+        cells = page.locator(".jp-CodeCell")
+        for i in range(cells.count()):
+            if cells.nth(i).locator(".cm-content").inner_text().startswith(first_line):
+                return cells.nth(i)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no cell starts with {first_line!r}")
+        page.wait_for_timeout(500)  # a notebook just opened renders its cells a little later
 
 
 def run_cell(page, cell, source: str | None = None):
