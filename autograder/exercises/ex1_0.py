@@ -6,8 +6,7 @@ import hashlib
 import re
 from fractions import Fraction
 
-from autograder.checks import Check
-from autograder.exercises import Exercise
+from autograder.exercises import Exercise, quiz
 
 # question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
@@ -47,33 +46,12 @@ def digest(key: str, answer) -> str:
     return hashlib.sha256(f"ddp-course 1.0 {key}: {normal(answer)}".encode()).hexdigest()[:32]
 
 
-def harness(student, rank, layout, rec, **_):
-    answers = getattr(student, "ANSWERS", None)
-    if not isinstance(answers, dict):
-        return {"error": f"ANSWERS must be a dict, not {type(answers).__name__}"}
-    return {str(k): None if v is None else str(v)[:100] for k, v in answers.items()}
-
-
-def _question(key: str, where: str):
-    def verify(runs):
-        given = runs.worlds[0].ranks[0].result
-        if not isinstance(given, dict):
-            return "the answers could not be read"
-        if "error" in given:
-            return str(given["error"])
-        if given.get(key) is None:
-            return f"ANSWERS[{key!r}] is not answered yet"
-        if digest(key, given[key]) not in ACCEPTED[key]:
-            return f"ANSWERS[{key!r}] = {str(given[key])[:40]!r} is not right; lesson 1, {where}, explains it"
-    return verify
-
-
 EXERCISE = Exercise(
     id="1.0",
     title="concept check",
     kind="function",
     entry="ANSWERS",
-    harness=harness,
+    harness=quiz.harness,
     world_sizes=(1,),
-    checks=[Check(name, 1, _question(key, where)) for key, (name, where) in QUESTIONS.items()],
+    checks=quiz.questions(1, QUESTIONS, ACCEPTED, digest),
 )

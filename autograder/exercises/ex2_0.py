@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from autograder.checks import Check
-from autograder.exercises import Exercise
+from autograder.exercises import Exercise, quiz
 
 # question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
@@ -29,29 +28,8 @@ ACCEPTED = {
 }
 
 
-def digest(key: str, answer: str) -> str:
-    return hashlib.sha256(f"ddp-course 2.0 {key}: {answer}".encode()).hexdigest()[:32]
-
-
-def harness(student, rank, layout, rec, **_):
-    answers = getattr(student, "ANSWERS", None)
-    if not isinstance(answers, dict):
-        return {"error": f"ANSWERS must be a dict, not {type(answers).__name__}"}
-    return {str(k): None if v is None else str(v).strip().lower() for k, v in answers.items()}
-
-
-def _question(key: str, where: str):
-    def verify(runs):
-        given = runs.worlds[0].ranks[0].result
-        if not isinstance(given, dict):
-            return "the answers could not be read"
-        if "error" in given:
-            return str(given["error"])
-        if given.get(key) is None:
-            return f"ANSWERS[{key!r}] is not answered yet"
-        if digest(key, str(given[key])) not in ACCEPTED[key]:
-            return f"ANSWERS[{key!r}] = {str(given[key])[:40]!r} is not right; lesson 2, {where}, explains it"
-    return verify
+def digest(key: str, answer) -> str:
+    return hashlib.sha256(f"ddp-course 2.0 {key}: {str(answer).strip().lower()}".encode()).hexdigest()[:32]
 
 
 EXERCISE = Exercise(
@@ -59,7 +37,7 @@ EXERCISE = Exercise(
     title="concept check",
     kind="function",
     entry="ANSWERS",
-    harness=harness,
+    harness=quiz.harness,
     world_sizes=(1,),
-    checks=[Check(name, 1, _question(key, where)) for key, (name, where) in QUESTIONS.items()],
+    checks=quiz.questions(2, QUESTIONS, ACCEPTED, digest),
 )
