@@ -159,6 +159,17 @@ def params_identical_across_ranks(runs: Runs, atol: float = 1e-6) -> str | None:
     return None
 
 
+def scale_of(got: torch.Tensor, want: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-6) -> float | None:
+    """k when ``got`` is k times ``want`` for some k other than 1 (a loss or gradient scaled by mistake), else None."""
+    norm = float((want * want).sum())
+    if norm == 0 or got.shape != want.shape or not torch.isfinite(got).all():
+        return None
+    k = float((got * want).sum()) / norm
+    if abs(k - 1) < 1e-3 or not torch.allclose(got, k * want, rtol=rtol, atol=atol):
+        return None
+    return k
+
+
 def matches_reference(runs: Runs, reference: Callable[[WorldRun], torch.Tensor], what: str,
                       rtol: float = 1e-4, atol: float = 1e-5) -> str | None:
     for world in runs:

@@ -64,16 +64,37 @@ def _body(world: WorldRun, student: Path) -> str:
         return ""
     culprit = world.culprit()
     if culprit is not None:
-        if culprit.error:
-            return tidy_traceback(culprit.error, student)
-        stack = tidy_stack(culprit.output, student)  # faulthandler prints a fatal signal's stack to stderr
-        if culprit.exitcode is not None and culprit.exitcode < 0 and stack:
-            return f"Where it was:\n{stack}"
-        return "Its last output:\n" + (_tail(culprit.output) or "(none)")
+        mismatch = _mismatched_message(world)
+        if mismatch:
+            return f"{mismatch}\n{_body_of_crash(culprit, student)}"
+        return _body_of_crash(culprit, student)
     if world.abandoned() is not None:
         return ABANDONED
     if world.stall is not None or world.timed_out:
         return _stacks(world, student)
+    return ""
+
+
+def _body_of_crash(culprit: RankRecord, student: Path) -> str:
+    if culprit.error:
+        return tidy_traceback(culprit.error, student)
+    stack = tidy_stack(culprit.output, student)  # faulthandler prints a fatal signal's stack to stderr
+    if culprit.exitcode is not None and culprit.exitcode < 0 and stack:
+        return f"Where it was:\n{stack}"
+    return "Its last output:\n" + (_tail(culprit.output) or "(none)")
+
+
+def _mismatched_message(world: WorldRun) -> str:
+    """The first message received into a buffer of another size than the tensor sent, or ""."""
+    for sender in world.ranks:
+        for receiver in world.ranks:
+            sent = [m for m in sender.messages() if m[0] == "send" and m[1] == receiver.rank]
+            taken = [m for m in receiver.messages() if m[0] == "recv" and m[1] in (sender.rank, None)]
+            for k, (s, t) in enumerate(zip(sent, taken)):
+                if s[2] != t[2]:
+                    return (f"Message {k + 1} from rank {sender.rank} to rank {receiver.rank}: rank {sender.rank} "
+                            f"sent {s[2]} bytes ({s[3]}), rank {receiver.rank} received into a buffer of {t[2]} bytes "
+                            f"({t[3]}). A receive's buffer must have the shape and dtype of the tensor sent.")
     return ""
 
 

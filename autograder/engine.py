@@ -199,7 +199,20 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
             break  # larger launches would only wait as long again
     runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)})
     problems = (describe_problem(worlds, student), gate(exercise, runs))  # a crash first, then why nothing counts
-    return report(judge_all(exercise, runs), "\n\n".join(p for p in problems if p))
+    done = report(judge_all(exercise, runs), "\n\n".join(p for p in problems if p))
+    done.timeline = _timeline(exercise, worlds)
+    return done
+
+
+def _timeline(exercise, worlds) -> dict | None:
+    """The launch to draw: the first that did not complete (where each rank stopped), else the largest."""
+    from autograder.timeline import of_world
+
+    world = next((w for w in worlds if not w.complete), None) or max(worlds, key=lambda w: w.world_size)
+    if world.world_size == 1 and world.complete:
+        return None  # one rank alone shows no distributed behaviour
+    drawn = of_world(world, f"Your run at world size {world.world_size}", exercise.timeline_between)
+    return drawn.to_dict() if drawn else None
 
 
 def _export_checkpoints(host: RankHost, world):

@@ -45,6 +45,19 @@ class RankRecord:
         found = self.of(kind)
         return found[0] if found else None
 
+    def messages(self, events: list[dict] | None = None) -> list[tuple[str, object, int, str | None]]:
+        """("send" or "recv", peer, bytes, caller) for every point-to-point message, single or batched, in order."""
+        found = []
+        for e in self.events if events is None else events:
+            if e.get("kind") != "enter":
+                continue
+            for o in e.get("ops", []) if e.get("call") == "batch_isend_irecv" else [e]:
+                op = o.get("op", o.get("call"))
+                if op in ("send", "isend", "recv", "irecv"):
+                    found.append(("send" if op in ("send", "isend") else "recv", o.get("peer"), o.get("bytes", 0),
+                                  e.get("caller")))
+        return found
+
     @property
     def ok(self) -> bool:
         return self.exitcode == 0 and self.finished and self.error is None
@@ -62,6 +75,13 @@ class RankRecord:
     def final_params(self) -> torch.Tensor | None:
         return self.snapshots[-1][1] if self.snapshots else None
 
+    def exception_line(self) -> str:
+        """The traceback's last line, "TypeError: ...", with a message of several lines joined."""
+        lines = (self.error or "").strip().splitlines()
+        start = next((k for k in range(len(lines) - 1, -1, -1) if self.error_type
+                      and lines[k].startswith(f"{self.error_type}:")), len(lines) - 1)
+        return " ".join(line.strip() for line in lines[start:]) if lines else ""
+
     @property
     def peer_gone(self) -> bool:
         """It failed because another rank was gone (a victim), as far as its error says."""
@@ -69,7 +89,7 @@ class RankRecord:
 
     def how_it_ended(self) -> str:
         if self.error:
-            return f"raised {self.error.strip().splitlines()[-1][:300]}"
+            return f"raised {self.exception_line()[:300]}"
         if self.exitcode is None:
             return "was stopped by the grader"
         if self.exitcode < 0:

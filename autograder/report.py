@@ -39,6 +39,7 @@ class Report:
     elapsed: float = 0.0
     not_started: bool = False
     sandbox: str = ""  # "bubblewrap", or "off (why)"
+    timeline: dict | None = None  # the run drawn rank by rank (timeline.Timeline as data), when one was traced
 
     @property
     def max_score(self) -> float:
@@ -77,6 +78,7 @@ class Report:
             "not_started": self.not_started,
             "elapsed": round(self.elapsed, 3),
             "sandbox": self.sandbox,
+            "timeline": self.timeline,
         }
 
     def to_json(self) -> str:
@@ -94,6 +96,7 @@ class Report:
             elapsed=d.get("elapsed", 0.0),
             not_started=d.get("not_started", False),
             sandbox=d.get("sandbox", ""),
+            timeline=d.get("timeline") if isinstance(d.get("timeline"), dict) else None,
         )
 
     def headline(self) -> str:
@@ -123,6 +126,8 @@ class Report:
             lines.append(f"{_MARK[c.status]} {c.name}  ({_num(c.points)}/{_num(c.max_points)}, {c.status})")
             if c.message and c.status != "passed":
                 lines.append(_indent(c.message, "    "))
+        if self.timeline:
+            lines += ["", _drawn(self.timeline).to_text()]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -146,8 +151,21 @@ class Report:
         return (
             f"<div class='autograder-report'><p style='font-weight:bold;color:{colour}'>{html.escape(self.headline())}</p>"
             f"{problem}<table><thead><tr>{headings}</tr></thead>"
-            f"<tbody>{rows}</tbody></table></div>"
+            f"<tbody>{rows}</tbody></table>{self._timeline_html()}</div>"
         )
+
+    def _timeline_html(self) -> str:
+        if not self.timeline:
+            return ""
+        drawn = _drawn(self.timeline)
+        return (f"<details style='margin-top:6px'><summary>Your run, rank by rank</summary>{drawn.to_svg()}"
+                f"<pre style='{_PRE};font-size:11px'>{html.escape(drawn.to_text())}</pre></details>")
+
+
+def _drawn(timeline: dict):
+    from autograder.timeline import Timeline
+
+    return Timeline.from_dict(timeline)
 
 
 def _message_html(c: CheckResult) -> str:

@@ -168,7 +168,7 @@ def plain(value):
 def caller() -> str | None:
     """'file:line in function' of the innermost frame outside torch and the grader."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if not frame.filename.startswith(_ENGINE_DIRS):
+        if not frame.filename.startswith(_ENGINE_DIRS + ("<frozen ",)):
             name = Path(frame.filename).name
             return f"{'exercise cell' if name == STUDENT_MODULE else name} line {frame.lineno}, in {frame.name}"
     return None

@@ -13,6 +13,8 @@ from conftest import SUBMISSIONS, edits
 
 RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "1.2": "the code runs to the end on every rank at every world size",
+        "1.3": "the code runs to the end on every rank at every world size",
+        "1.4": "the code runs to the end on every rank at every world size",
         "2.1": "the code runs to the end on every rank at every world size",
         "2.2": "the code runs to the end on every rank at every world size",
         "2.3": "the script runs to the end on every rank",
@@ -24,6 +26,15 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
 MEAN = "after average_gradients every gradient is the mean over the ranks (in place)"
 RING = "ring traffic: 2(W-1) messages per rank, each about 1/W of the tensor"
 SUM = "every rank holds the sum over the ranks, in place, for every length"
+STAGES = "stage_of: consecutive layers per rank, each layer on exactly one rank, as even as possible"
+GRADIENTS = "every stage's gradients equal the unsplit model's on the whole batch"
+GPIPE = ("messages follow GPipe: each micro-batch's activations forward and gradients back, between neighbours, "
+         "all forwards before the backwards")
+TP_SHARDS = "shard_weights: A split by columns, B by the matching rows, 1/W of each on every rank"
+TP_OUTPUT = "the output equals the unsplit MLP's on every rank"
+TP_GRADIENTS = "the gradients of the input and of each rank's shards equal the unsplit MLP's"
+TP_COMMUNICATION = ("communication: one all-reduce of the output forward, one of the input's gradient backward, "
+                    "nothing more")
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -39,6 +50,23 @@ CAUGHT_BY = {
     ("1.2", "wrong_builtin"): {"only point-to-point messages: no built-in collective"},
     ("1.2", "wrong_even_chunks"): {SUM},
     ("1.2", "wrong_sends_before_receiving"): {RUNS["1.2"]},
+    ("1.3", "wrong_backward_only_on_last_rank"): {GRADIENTS, GPIPE},  # no gradient back: two symptoms
+    ("1.3", "wrong_received_without_grad"): {RUNS["1.3"], GRADIENTS},
+    ("1.3", "wrong_loss_not_divided"): {GRADIENTS},
+    ("1.3", "wrong_returns_sum_of_losses"): {"the last rank returns the loss of the whole batch, equal to the unsplit model's"},
+    ("1.3", "wrong_whole_batch_at_once"): {GPIPE},
+    ("1.3", "wrong_backward_after_each_forward"): {GPIPE},
+    ("1.3", "wrong_stage_interleaved"): {STAGES},
+    ("1.3", "wrong_stage_drops_remainder"): {STAGES},
+    ("1.3", "wrong_stage_whole_model"): {STAGES},
+    ("1.3", "wrong_buffer_shaped_like_the_input"): {RUNS["1.3"]},
+    ("1.4", "wrong_plain_all_reduce"): {TP_GRADIENTS},
+    ("1.4", "wrong_no_f"): {TP_GRADIENTS},
+    ("1.4", "wrong_no_g"): {TP_OUTPUT},
+    ("1.4", "wrong_differentiable_all_reduce"): {TP_GRADIENTS, TP_COMMUNICATION},  # an all-reduce too many
+    ("1.4", "wrong_f_and_g_swapped"): {TP_OUTPUT, TP_GRADIENTS},  # a wrong forward has wrong gradients
+    ("1.4", "wrong_second_weight_by_columns"): {TP_SHARDS},
+    ("1.4", "wrong_rows_do_not_match"): {TP_SHARDS},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
@@ -172,6 +200,12 @@ def test_a_crash_shows_the_failing_ranks_traceback_in_the_students_terms():
     assert report.problem.startswith("world size 1: rank 0 raised RuntimeError")
     assert 'File "exercise cell", line 9, in setup' in report.problem
     assert "autograder" not in report.problem
+
+
+def test_a_receive_into_a_buffer_of_another_size_names_both_lines():
+    report = graded("1.3", "wrong_buffer_shaped_like_the_input")
+    assert ("Message 1 from rank 0 to rank 1: rank 0 sent 96 bytes (exercise cell line" in report.problem
+            and "rank 1 received into a buffer of 72 bytes (exercise cell line" in report.problem), report.problem
 
 
 @pytest.mark.parametrize("exercise_id,name", [("2.4", "wrong_reduce_on_rank0_only"),

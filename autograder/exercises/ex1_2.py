@@ -14,8 +14,6 @@ from autograder.checks import Check
 from autograder.exercises import Exercise
 from autograder.rig import join_group
 
-SENDS = ("send", "isend")
-RECEIVES = ("recv", "irecv")
 
 
 def lengths(world_size: int) -> list[int]:
@@ -55,15 +53,6 @@ def _cases(r) -> dict[int, list[dict]]:
         elif current is not None:
             current.append(e)
     return found
-
-
-def _messages(events: list[dict], kinds: tuple[str, ...]) -> list[int]:
-    """The sizes in bytes of the messages of these kinds: single calls, and those inside a batch."""
-    sizes = [e.get("bytes", 0) for e in events if e.get("kind") == "enter" and e.get("call") in kinds]
-    for e in events:
-        if e.get("kind") == "enter" and e.get("call") == "batch_isend_irecv":
-            sizes += [o.get("bytes", 0) for o in e.get("ops", []) if o.get("op") in kinds]
-    return sizes
 
 
 def _sum_on_every_rank(runs):
@@ -125,7 +114,7 @@ def _ring_traffic(runs):
                 length = lengths(w)[case]
                 if length < w or any(e.get("kind") == "collective" and e.get("caller") for e in events):
                     continue  # empty chunks may be skipped; built-in collectives are charged elsewhere
-                sent = _messages(events, SENDS)
+                sent = [size for way, _, size, _ in r.messages(events) if way == "send"]
                 low, high = 2 * (w - 1) * (length // w) * 4, 2 * (w - 1) * -(-length // w) * 4
                 if len(sent) != 2 * (w - 1) or not low <= sum(sent) <= high:
                     share = f"{2 * (w - 1) / w:g}x"
@@ -139,8 +128,7 @@ def _ring_traffic(runs):
 def _work(runs):
     if not any(w.world_size > 1 for w in runs):
         return None  # one process sends nothing: no sign either way
-    if not any(_messages(events, SENDS) for w in runs if w.world_size > 1
-               for r in w.ranks for events in _cases(r).values()):
+    if not any(way == "send" for w in runs if w.world_size > 1 for r in w.ranks for way, *_ in r.messages()):
         return "no rank sent a message with send or isend: the ring is built from them"
 
 

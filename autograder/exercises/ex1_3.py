@@ -1,0 +1,351 @@
+"""Exercise 1.3: a GPipe pipeline: stage_of(model, rank, world_size) and pipeline_step(stage, ...).
+
+The model is a stack of layers of different widths, so the shape a stage receives depends on
+where the cut is. stage_of is judged on its own; pipeline_step always runs on the grader's own
+split, so a wrong split is charged once. Hooks on each stage's first and last layer record when
+it computes each micro-batch forward and backward: the schedule, and the report's timeline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.checks import Check, scale_of
+from autograder.exercises import Exercise
+from autograder.rig import join_group
+from autograder.source import STUDENT_MODULE
+
+WIDTHS = (6, 10, 7, 12, 8, 9, 5, 4)  # 7 layers: no world size of 2 or 3 divides them evenly
+ROWS = 12
+MICRO_BATCHES = (3, 4)  # one step with each; the report draws the last
+TOL = dict(rtol=1e-4, atol=1e-6)
+
+
+class TanhLinear(nn.Linear):
+    """One layer of the pipeline's model: tanh(x A^T + b)."""
+
+    def forward(self, x):
+        return torch.tanh(super().forward(x))
+
+
+def make_layers(seed: int) -> nn.Sequential:
+    torch.manual_seed(100 + seed)
+    return nn.Sequential(*(TanhLinear(a, b) for a, b in zip(WIDTHS, WIDTHS[1:])))
+
+
+def batch(seed: int, case: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(500 + 10 * seed + case)
+    return torch.randn(ROWS, WIDTHS[0], generator=g), torch.rand(ROWS, WIDTHS[-1], generator=g) * 2 - 1
+
+
+def bounds(world_size: int) -> list[range]:
+    """The grader's own split: consecutive layers, as even as possible."""
+    return [range(int(r[0]), int(r[-1]) + 1) for r in torch.tensor_split(torch.arange(len(WIDTHS) - 1), world_size)]
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    join_group()
+    w = layout.world_size
+    rec.event("stage", **_stage_held(student, make_layers(seed), rank, w))
+    losses = []
+    for case, micro in enumerate(MICRO_BATCHES):
+        layers = bounds(w)[rank]
+        stage = make_layers(seed)[layers.start:layers.stop]
+        _watch(stage, rec)
+        x, y = batch(seed, case)
+        rec.event("case", index=case, micro_batches=micro)
+        loss = student.pipeline_step(stage, x, y, micro)
+        rec.event("case_done", index=case)
+        rec.keep(f"gradients, step {case}", torch.cat([
+            (p.grad if p.grad is not None else torch.full_like(p, float("nan"))).flatten() for p in stage.parameters()]))
+        losses.append(_number(loss))
+    dist.barrier()  # leave together: see rig.join_group
+    dist.destroy_process_group()
+    return {"losses": losses}
+
+
+def _stage_held(student, model: nn.Sequential, rank: int, world_size: int) -> dict:
+    """Which of the model's layers the student's stage_of kept on this rank, or why it failed."""
+    layer_of = {id(p): k for k, layer in enumerate(model) for p in layer.parameters()}
+    weights = [layer.weight.detach().clone() for layer in model]
+    try:
+        held = student.stage_of(model, rank, world_size)
+        params = list(held.parameters()) if isinstance(held, nn.Module) else \
+            [p for m in held for p in m.parameters()]
+    except Exception as exc:
+        import traceback
+
+        lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
+        where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
+        return {"error": f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+    layers = []
+    for p in params:  # a copy of a layer is still that layer: match its weight by value
+        k = layer_of.get(id(p), next((k for k, wt in enumerate(weights) if p.shape == wt.shape
+                                      and torch.equal(p.detach(), wt)), None))
+        if k is not None and k not in layers:
+            layers.append(k)
+    return {"layers": layers, "parameters": sum(p.numel() for p in params)}
+
+
+def _watch(stage: nn.Sequential, rec):
+    """Events when the stage starts each micro-batch's forward (is its input ready for backward?)
+    and each backward (the gradient of its output arrived)."""
+    def forward_starts(_, args):
+        x = args[0] if args else None
+        rec.event("forward", rows=int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else None,
+                  needs_grad=bool(getattr(x, "requires_grad", False)))
+
+    def forward_ends(_, args, out):
+        rec.event("forward_done")
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda grad: rec.event("backward"))
+
+    stage[0].register_forward_pre_hook(forward_starts)
+    stage[-1].register_forward_hook(forward_ends)
+    stage[0].weight.register_post_accumulate_grad_hook(lambda p: rec.event("backward_done"))
+
+
+def _number(value) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach())
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# The grader's side ------------------------------------------------------------------------
+
+
+def reference(seed: int, case: int) -> tuple[float, list[torch.Tensor]]:
+    """The unsplit model's loss on the whole batch, and its gradients flattened layer by layer."""
+    model = make_layers(seed)
+    x, y = batch(seed, case)
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    return loss.item(), [torch.cat([p.grad.flatten() for p in layer.parameters()]) for layer in model]
+
+
+def _span(layers: list[int]) -> str:
+    return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
+
+
+def _stages_split_the_model(runs):
+    n = len(WIDTHS) - 1
+    for world in runs:
+        w = world.world_size
+        held = {}
+        for r in world.ranks:
+            event = r.first("stage") or {}
+            if event.get("error"):
+                return f"world size {w}: on rank {r.rank}, stage_of raised {event['error']}"
+            held[r.rank] = [k for k in event.get("layers", []) if isinstance(k, int)]
+        if len(held) < w:
+            continue  # a rank that never got this far: told as a crash
+        for rank, layers in held.items():
+            if not layers:
+                return f"world size {w}: rank {rank}'s stage holds none of the model's layers"
+            if w > 1 and len(layers) == n:
+                return (f"world size {w}: rank {rank} holds all {n} layers: a pipeline rank keeps only its own stage "
+                        "(and its parameters), a slice of the model")
+            if layers != list(range(layers[0], layers[0] + len(layers))):
+                return (f"world size {w}: rank {rank} holds layers {layers}: a stage is a run of consecutive "
+                        "layers, so that each stage's output is the next stage's input")
+        owners = Counter(k for layers in held.values() for k in layers)
+        repeated = [k for k in range(n) if owners[k] > 1]
+        if repeated:
+            return (f"world size {w}: layer {repeated[0]} is on ranks "
+                    f"{[r for r, layers in held.items() if repeated[0] in layers]}: each layer belongs to one stage")
+        missing = [k for k in range(n) if owners[k] == 0]
+        if missing:
+            return (f"world size {w}: {len(missing)} layer(s) on no rank ({_span(missing)} of {n}): when the world "
+                    f"size does not divide the {n} layers, some stages take one more")
+        order = sorted(held, key=lambda r: held[r][0])
+        if order != sorted(held):
+            return (f"world size {w}: " + ", ".join(f"rank {r} holds {_span(held[r])}" for r in sorted(held))
+                    + ": stage r must come before stage r + 1, as activations flow from rank 0 to the last rank")
+        sizes = [len(held[r]) for r in sorted(held)]
+        if max(sizes) - min(sizes) > 1:
+            return (f"world size {w}: stages of {', '.join(map(str, sizes))} layers: make them as even as possible "
+                    "(sizes differ by at most one), or the slowest stage sets the pace of all")
+
+
+def _loss_of_the_whole_batch(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        last = world.ranks[-1]
+        losses = last.result.get("losses", []) if isinstance(last.result, dict) else []
+        for case, micro in enumerate(MICRO_BATCHES):
+            want, _ = reference(seed, case)
+            got = losses[case] if case < len(losses) else None
+            label = f"world size {world.world_size}, {micro} micro-batches"
+            if got is None:
+                return (f"{label}: the last rank (rank {last.rank}) returned no number; it returns the loss of the "
+                        "whole batch (a float or a one-element tensor)")
+            if abs(got - want) <= 1e-4 * abs(want) + 1e-6:
+                continue
+            if abs(got - micro * want) <= 1e-4 * abs(micro * want) + 1e-6:
+                return (f"{label}: the last rank returned {got:.6g}, {micro} times the loss of the whole batch "
+                        f"({want:.6g}): the sum of the micro-batches' mean losses; the batch's mean loss is their "
+                        "mean")
+            if abs(got * micro - want) <= 1e-4 * abs(want) + 1e-6:
+                return (f"{label}: the last rank returned {got:.6g}, 1/{micro} of the loss of the whole batch "
+                        f"({want:.6g}): one micro-batch's share, not the sum of all of them")
+            return f"{label}: the last rank returned {got:.6g}; the loss of the whole batch is {want:.6g}"
+
+
+def _received_without_grad(runs):
+    for world in runs:
+        for r in world.ranks[1:]:
+            event = next((e for e in r.of("forward") if e.get("needs_grad") is False), None)
+            if event is not None:
+                return (f"world size {world.world_size}: rank {r.rank}'s stage ran on activations that do not "
+                        "require grad, so backward never computes their gradient to send back to rank "
+                        f"{r.rank - 1}: call requires_grad_() on the tensor you receive")
+
+
+def _gradients_of_every_stage(runs):
+    problem = _received_without_grad(runs)
+    if problem or not runs.complete:
+        return problem
+    seed = runs.params["seed"]
+    for world in runs:
+        w = world.world_size
+        for case, micro in enumerate(MICRO_BATCHES):
+            _, grads = reference(seed, case)
+            label = f"world size {w}, {micro} micro-batches"
+            for r in reversed(world.ranks):  # the first wrong stage, counting from the loss
+                want = torch.cat([grads[k] for k in bounds(w)[r.rank]]).double()
+                got = next((v for k, v in r.snapshots if k == f"gradients, step {case}"), None)
+                if got is None:
+                    return f"{label}: rank {r.rank}'s gradients were not recorded"
+                if got.shape == want.shape and torch.allclose(got, want, **TOL):
+                    continue
+                return f"{label}: rank {r.rank}'s stage ({_span(list(bounds(w)[r.rank]))}): " + \
+                    _what_the_gradients_are(got, want, micro, r.rank, w)
+
+
+def _what_the_gradients_are(got, want, micro, rank, w) -> str:
+    if torch.isnan(got).all():
+        if rank < w - 1:
+            return (f"no gradients: its backward never ran; it must receive the gradient of its output from "
+                    f"rank {rank + 1} and call output.backward(that gradient)")
+        return "no gradients: the backward pass from the loss never ran"
+    k = scale_of(got, want)
+    if k is not None and micro > 1 and abs(k - micro) < 1e-3 * micro:
+        return (f"gradients {micro} times the unsplit model's: divide each micro-batch's loss by the number of "
+                f"micro-batches ({micro}), so that their gradients add up to those of the batch's mean loss")
+    if k is not None and micro > 1 and abs(k * micro - 1) < 1e-3:
+        return f"gradients 1/{micro} of the unsplit model's: divided by the number of micro-batches twice"
+    if k is not None:
+        return (f"gradients {k:.4g} times the unsplit model's: the loss was scaled by {k:.4g} somewhere; each "
+                "micro-batch's mean loss is divided by the number of micro-batches, and by nothing else")
+    gap = (got - want).abs().nan_to_num(float("inf")).max().item()
+    cause = ("" if rank == w - 1 else
+             f"; the stages after it are right, so the gradient it received from rank {rank + 1}, or how it used "
+             "it, is not the gradient of its own output")
+    return f"gradients differ from the unsplit model's by up to {gap:.3g}{cause}"
+
+
+def _cases(r) -> dict[int, list[dict]]:
+    found, current = {}, None
+    for e in r.events:
+        if e.get("kind") == "case":
+            current = found.setdefault(e["index"], [])
+        elif e.get("kind") == "case_done":
+            current = None
+        elif current is not None:
+            current.append(e)
+    return found
+
+
+def expected_messages(rank: int, w: int, micro: int) -> Counter:
+    rows = [len(part) for part in torch.arange(ROWS).tensor_split(micro)]
+    layers = bounds(w)[rank]
+    want = Counter()
+    for n in rows:
+        if rank < w - 1:  # activations forward, their gradients back
+            size = n * WIDTHS[layers.stop] * 4
+            want += Counter({("send", rank + 1, size): 1, ("recv", rank + 1, size): 1})
+        if rank > 0:
+            size = n * WIDTHS[layers.start] * 4
+            want += Counter({("recv", rank - 1, size): 1, ("send", rank - 1, size): 1})
+    return want
+
+
+def _gpipe_schedule(runs):
+    for world in sorted(runs, key=lambda w: -w.world_size):
+        w = world.world_size
+        for r in world.ranks:
+            for case, events in sorted(_cases(r).items()):
+                micro = MICRO_BATCHES[case]
+                problem = _messages_differ(Counter(m[:3] for m in r.messages(events)), expected_messages(r.rank, w, micro), r.rank, micro)
+                if problem:
+                    return f"world size {w}, {micro} micro-batches: {problem}"
+                kinds = [e["kind"] for e in events if e.get("kind") in ("forward", "backward")]
+                if "backward" in kinds and "forward" in kinds[kinds.index("backward"):]:
+                    return (f"world size {w}, {micro} micro-batches: rank {r.rank} started a backward pass before "
+                            f"its last forward pass; GPipe runs the forwards of all {micro} micro-batches, then "
+                            "their backwards (interleaving them is another schedule, 1F1B)")
+
+
+def _messages_differ(got: Counter, want: Counter, rank: int, micro: int) -> str | None:
+    if got == want:
+        return None
+    pairs = {(d, p) for d, p, _ in list(got) + list(want)}
+    for direction, peer in sorted(pairs, key=lambda pair: (pair[0] != "send", str(pair[1]))):
+        mine = sorted(size for (d, p, size), n in got.items() for _ in range(n) if (d, p) == (direction, peer))
+        ideal = sorted(size for (d, p, size), n in want.items() for _ in range(n) if (d, p) == (direction, peer))
+        if mine == ideal:
+            continue
+        verb, way = ("sent", "to") if direction == "send" else ("received", "from")
+        what = ("activations" if (direction == "send") == (isinstance(peer, int) and peer > rank) else "gradients")
+        if not ideal:
+            who = "any rank" if peer is None else f"rank {peer}"
+            return (f"rank {rank} {verb} {len(mine)} message(s) {way} {who}, which is not one of its neighbours in "
+                    "the pipeline; a stage talks only to the stages before and after it")
+        seen = (f"{len(mine)} message(s) ({', '.join(map(str, mine[:6]))}{', ...' if len(mine) > 6 else ''} bytes)"
+                if mine else "no message")
+        return (f"rank {rank} {verb} {seen} {way} rank {peer}; the schedule has {len(ideal)}, one micro-batch's "
+                f"{what} each ({', '.join(map(str, ideal))} bytes)")
+    return None
+
+
+def _work(runs):
+    if not any(w.world_size > 1 for w in runs):
+        return None  # one stage sends nothing: no sign either way
+    if not any(r.messages() for w in runs if w.world_size > 1 for r in w.ranks):
+        return "no rank sent or received a message: the stages pass activations and gradients with send and recv"
+
+
+EXERCISE = Exercise(
+    id="1.3",
+    title="a GPipe pipeline",
+    kind="function",
+    entry="pipeline_step",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    timeline_between=("case", "case_done"),  # the last step
+    # output.backward(gradient) imports sympy (through symbolic shapes) on first use: half a second per rank
+    warm_imports=("torch.fx.experimental.symbolic_shapes",),
+    checks=[
+        Check("stage_of: consecutive layers per rank, each layer on exactly one rank, as even as possible", 2,
+              _stages_split_the_model, needs="partial",
+              hint="torch.tensor_split(range(len(model)), world_size)[rank] gives rank's share of layer "
+                   "indices; model[first:last + 1] is an nn.Sequential of them"),
+        Check("the last rank returns the loss of the whole batch, equal to the unsplit model's", 2,
+              _loss_of_the_whole_batch,
+              hint="add up each micro-batch's loss divided by the number of micro-batches"),
+        Check("every stage's gradients equal the unsplit model's on the whole batch", 4,
+              _gradients_of_every_stage, needs="partial",
+              hint="a received activation needs requires_grad_(); a stage before the last calls "
+                   "output.backward(gradient received from the next rank) and sends input.grad back"),
+        Check("messages follow GPipe: each micro-batch's activations forward and gradients back, between "
+              "neighbours, all forwards before the backwards", 3, _gpipe_schedule,
+              hint="per micro-batch, one message of its activations to rank + 1 and one of their gradient "
+                   "from rank + 1 (and the mirror image with rank - 1); nothing else"),
+    ],
+)

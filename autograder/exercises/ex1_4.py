@@ -1,0 +1,322 @@
+"""Exercise 1.4: a tensor-parallel MLP: shard_weights(A, B, rank, world_size) and tensor_parallel_mlp(x, a, b).
+
+shard_weights is judged on weights of its own. The MLP then runs on shards the harness cuts from
+other weights, which never exist whole on a rank: the output can be right only through
+communication, and a wrong split is charged once. The loss is a fixed random weighting of the
+output, the same on every rank, so every rank holds the whole dL/dY, as in a transformer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from autograder.checks import Check, scale_of
+from autograder.exercises import Exercise
+from autograder.rig import join_group
+from autograder.source import STUDENT_MODULE
+
+D, HIDDEN, ROWS = 8, 24, 5  # HIDDEN splits evenly over 1 to 4 ranks
+TOL = dict(rtol=1e-4, atol=1e-6)
+TERMS = ("output", "input's gradient", "first shard's gradient", "second shard's gradient")
+
+
+def weights(seed: int, purpose: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3000 + 10 * seed + purpose)
+    return torch.randn(D, HIDDEN, generator=g) / D ** 0.5, torch.randn(HIDDEN, D, generator=g) / HIDDEN ** 0.5
+
+
+def inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input x, the same on every rank, and the weighting of the output that makes the loss."""
+    g = torch.Generator().manual_seed(4000 + seed)
+    return torch.randn(ROWS, D, generator=g), torch.randn(ROWS, D, generator=g)
+
+
+def columns(rank: int, world_size: int) -> slice:
+    """The grader's own split: consecutive columns of A (rows of B)."""
+    per = HIDDEN // world_size
+    return slice(rank * per, (rank + 1) * per)
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    join_group()
+    w = layout.world_size
+    rec.event("shards", **_shards_held(student, *weights(seed, 0), rank, w))
+    a, b = (t.clone().requires_grad_() for t in _grader_shards(seed, rank, w))
+    x, weighting = inputs(seed)
+    x.requires_grad_()
+    rec.event("forward")
+    y = student.tensor_parallel_mlp(x, a, b)
+    rec.event("backward")
+    ok = isinstance(y, torch.Tensor) and tuple(y.shape) == (ROWS, D)
+    if ok and y.requires_grad:
+        (y * weighting).sum().backward()
+    rec.event("backward_done")
+    seen = (y if ok else None, x.grad, a.grad, b.grad)
+    rec.keep("output and gradients", torch.cat([  # one vector: what a rank keeps must have one length
+        (t.detach() if isinstance(t, torch.Tensor) and t.shape == like.shape else torch.full_like(like, float("nan")))
+        .flatten() for t, like in zip(seen, (weighting, x, a, b))]))
+    dist.barrier()  # leave together: see rig.join_group
+    dist.destroy_process_group()
+    return {"output": "missing" if y is None else "shape" if not ok else "no grad" if not y.requires_grad else "ok",
+            "shape": list(y.shape) if isinstance(y, torch.Tensor) else None}
+
+
+def _grader_shards(seed: int, rank: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    A, B = weights(seed, 1)
+    mine = columns(rank, world_size)
+    return A[:, mine].clone(), B[mine, :].clone()  # the whole A and B end here, before the student's code runs
+
+
+def _shards_held(student, A, B, rank, world_size) -> dict:
+    """Which of A's columns and B's rows the student's shards hold, in order, or why it failed."""
+    try:
+        a, b = student.shard_weights(A.clone(), B.clone(), rank, world_size)
+        a, b = torch.as_tensor(a).detach(), torch.as_tensor(b).detach()
+    except Exception as exc:
+        import traceback
+
+        lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
+        where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
+        return {"error": f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+
+    def which(parts: torch.Tensor, whole: torch.Tensor) -> list[int | None]:
+        return [next((k for k in range(whole.shape[0]) if torch.equal(part, whole[k])), None) for part in parts]
+
+    held = {"a_shape": list(a.shape), "b_shape": list(b.shape)}
+    if a.dim() == 2 and a.shape[0] == D:
+        held["columns"] = which(a.T, A.T)
+    if b.dim() == 2 and b.shape[1] == D:
+        held["rows"] = which(b, B)
+    return held
+
+
+# The grader's side ------------------------------------------------------------------------
+
+
+def reference(seed: int, world_size: int) -> dict[str, list[torch.Tensor]]:
+    """Per rank: the unsplit MLP's output and input gradient, and the gradient of the rank's shards.
+
+    Also each rank's own terms (its partial output, its part of the input's gradient), which a
+    missing all-reduce leaves behind.
+    """
+    A, B = (t.clone().double().requires_grad_() for t in weights(seed, 1))
+    x, weighting = (t.double() for t in inputs(seed))
+    x.requires_grad_()
+    y = F.gelu(x @ A) @ B
+    (y * weighting.double()).sum().backward()
+    found = {name: [] for name in (*TERMS, "own output", "own input's gradient", "own output of the summed input")}
+    for r in range(world_size):
+        mine = columns(r, world_size)
+        found["output"].append(y.detach())
+        found["input's gradient"].append(x.grad)
+        found["first shard's gradient"].append(A.grad[:, mine])
+        found["second shard's gradient"].append(B.grad[mine, :])
+        xr = x.detach().clone().requires_grad_()
+        partial = F.gelu(xr @ A.detach()[:, mine]) @ B.detach()[mine, :]
+        (partial * weighting.double()).sum().backward()
+        found["own output"].append(partial.detach())
+        found["own input's gradient"].append(xr.grad)
+        found["own output of the summed input"].append(F.gelu(world_size * x.detach() @ A.detach()[:, mine])
+                                                       @ B.detach()[mine, :])
+    return found
+
+
+def _shards(runs):
+    for world in runs:
+        w = world.world_size
+        held = {}
+        for r in world.ranks:
+            event = r.first("shards") or {}
+            if event.get("error"):
+                return f"world size {w}: on rank {r.rank}, shard_weights raised {event['error']}"
+            held[r.rank] = event
+        if len(held) < w:
+            continue  # a rank that never got this far: told as a crash
+        for rank, e in held.items():
+            problem = _one_rank_shards(e, rank, w)
+            if problem:
+                return f"world size {w}: {problem}"
+        owners = {}
+        for rank, e in held.items():
+            for c in e["columns"]:
+                owners.setdefault(c, []).append(rank)
+        repeated = next((c for c in sorted(owners) if len(owners[c]) > 1), None)
+        if repeated is not None:
+            return (f"world size {w}: column {repeated} of A is on ranks {owners[repeated]}: each column (and the "
+                    "matching row of B) belongs to exactly one rank")
+        missing = [c for c in range(HIDDEN) if c not in owners]
+        if missing:
+            return f"world size {w}: {len(missing)} of A's {HIDDEN} columns are on no rank (e.g. column {missing[0]})"
+
+
+def _one_rank_shards(e: dict, rank: int, w: int) -> str | None:
+    per = HIDDEN // w
+    a_shape, b_shape = e.get("a_shape"), e.get("b_shape")
+    if a_shape != [D, per]:
+        return (f"rank {rank}'s shard of A has shape {tuple(a_shape or ())}; A ({D} x {HIDDEN}) is split by columns "
+                f"(its second dimension), {per} per rank: shape ({D}, {per})")
+    if b_shape != [per, D]:
+        return (f"rank {rank}'s shard of B has shape {tuple(b_shape or ())}; B ({HIDDEN} x {D}) is split by rows "
+                f"(its first dimension), the rows that match the rank's columns of A: shape ({per}, {D})")
+    cols, rows = e.get("columns", []), e.get("rows", [])
+    if None in cols:
+        return f"rank {rank}'s shard of A holds values that are not columns of A (a copy of A's values is fine)"
+    if None in rows:
+        return f"rank {rank}'s shard of B holds values that are not rows of B"
+    if cols != rows:
+        return (f"rank {rank} holds columns {_short(cols)} of A but rows {_short(rows)} of B: hidden unit k is "
+                "column k of A and row k of B, so each rank needs the rows of B that match its columns of A, "
+                "in the same order")
+    return None
+
+
+def _short(indices: list[int]) -> str:
+    if indices and indices == list(range(indices[0], indices[0] + len(indices))):
+        return f"{indices[0]}-{indices[-1]}"
+    return str(indices[:8])[:-1] + (", ...]" if len(indices) > 8 else "]")
+
+
+def _kept(r, name: str, w: int) -> torch.Tensor | None:
+    """One of TERMS, shaped, as the rank recorded it, or None."""
+    flat = next((v for k, v in r.snapshots if k == "output and gradients"), None)
+    shapes = ((ROWS, D), (ROWS, D), (D, HIDDEN // w), (HIDDEN // w, D))
+    sizes = [a * b for a, b in shapes]
+    if flat is None or flat.numel() != sum(sizes):
+        return None
+    return dict(zip(TERMS, (t.reshape(s) for t, s in zip(flat.split(sizes), shapes))))[name]
+
+
+def _output(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        w = world.world_size
+        want = reference(seed, w)
+        for r in world.ranks:
+            state = r.result.get("output") if isinstance(r.result, dict) else None
+            if state == "missing":
+                return f"world size {w}: rank {r.rank}'s tensor_parallel_mlp returned None, not the output Y"
+            if state == "shape":
+                return (f"world size {w}: rank {r.rank}'s output has shape {tuple(r.result.get('shape') or ())}; "
+                        f"Y has the input's shape, ({ROWS}, {D}), on every rank")
+            got, whole = _kept(r, "output", w), want["output"][r.rank]
+            if got is None:
+                return f"world size {w}: rank {r.rank}'s output was not recorded"
+            if torch.allclose(got, whole, **TOL):
+                continue
+            if w > 1 and torch.allclose(got, want["own output"][r.rank], **TOL):
+                return (f"world size {w}: rank {r.rank}'s output is only its own partial result, GeLU(x a) b: the "
+                        "partial results of the row-parallel layer must be summed over the ranks (g's forward)")
+            k = scale_of(got, whole)
+            if k is not None:
+                return (f"world size {w}: rank {r.rank}'s output is {k:.4g} times Y"
+                        + (": the partial results were summed twice" if abs(k - w) < 1e-3 * w else ""))
+            if w > 1 and torch.allclose(got, want["own output of the summed input"][r.rank], **TOL):
+                return (f"world size {w}: rank {r.rank}'s output is its own partial result computed from the input "
+                        f"summed over the ranks ({w}x): the forward all-reduce belongs after the row-parallel layer "
+                        "(g), not before the column-parallel one (f, the identity forward)")
+            gap = (got - whole).abs().nan_to_num(float("inf")).max().item()
+            return f"world size {w}: rank {r.rank}'s output differs from the unsplit MLP's by up to {gap:.3g}"
+
+
+def _gradients(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        w = world.world_size
+        want = reference(seed, w)
+        for r in world.ranks:
+            if isinstance(r.result, dict) and r.result.get("output") == "no grad":
+                return (f"world size {w}: rank {r.rank}'s output does not require grad, so no gradient reaches x, a "
+                        "or b: the output must come out of autograd's graph (no detach, no torch.no_grad)")
+            for name in TERMS[1:]:
+                got, whole = _kept(r, name, w), want[name][r.rank]
+                if got is None:
+                    return f"world size {w}: rank {r.rank}'s {name} was not recorded"
+                if torch.allclose(got, whole, **TOL):
+                    continue
+                return f"world size {w}: rank {r.rank}'s {name} " + _what_it_is(got, whole, want, r.rank, w, name)
+
+
+def _what_it_is(got, whole, want, rank, w, name) -> str:
+    if torch.isnan(got).all():
+        return "is missing: backward never reached it"
+    k = scale_of(got, whole)
+    if k is not None and w > 1 and abs(k - w) < 1e-3 * w:
+        return (f"is {w} times the unsplit MLP's: a gradient was summed over the ranks where it was already whole; "
+                "g's backward is the identity, as every rank holds the whole dL/dY "
+                "(torch.distributed.nn.functional.all_reduce all-reduces it again)")
+    if k is not None:
+        return f"is {k:.4g} times the unsplit MLP's: scaled by {k:.4g} somewhere in the backward pass"
+    if name == "input's gradient" and w > 1 and torch.allclose(got, want["own input's gradient"][rank], **TOL):
+        return ("is only this rank's own term of the sum: the backward pass must all-reduce it (f's backward); "
+                "dist.all_reduce alone is invisible to autograd")
+    gap = (got - whole).abs().nan_to_num(float("inf")).max().item()
+    return f"differs from the unsplit MLP's by up to {gap:.3g}"
+
+
+def _phases(r) -> dict[str, list[dict]]:
+    """The communication calls made in the forward pass and in the backward pass."""
+    found, current = {"forward": [], "backward": []}, None
+    for e in r.events:
+        kind = e.get("kind")
+        if kind in ("forward", "backward"):
+            current = kind
+        elif kind == "backward_done":
+            current = None
+        elif current and kind == "enter" and e.get("call") not in ("init_process_group",):
+            found[current].append(e)
+    return found
+
+
+def _communication(runs):
+    for world in sorted(runs, key=lambda w: -w.world_size):
+        w = world.world_size
+        for r in world.ranks:
+            for phase, calls in _phases(r).items():
+                what = "the output" if phase == "forward" else "the input's gradient"
+                other = [c for c in calls if c.get("call") != "all_reduce"]
+                if other:
+                    where = f" at {other[0]['caller']}" if other[0].get("caller") else ""
+                    return (f"world size {w}: rank {r.rank} called {other[0].get('call')}{where} in the {phase} pass; "
+                            f"tensor parallelism needs only an all-reduce of {what}")
+                wrong_size = [c for c in calls if c.get("shape") != [ROWS, D]]
+                if wrong_size:
+                    where = f" at {wrong_size[0]['caller']}" if wrong_size[0].get("caller") else ""
+                    return (f"world size {w}: rank {r.rank} all-reduced a tensor of shape "
+                            f"{tuple(wrong_size[0].get('shape') or ())}{where} in the {phase} pass; the one all-reduce "
+                            f"there is of {what}, shape ({ROWS}, {D})")
+                if len(calls) > 1:
+                    return (f"world size {w}: rank {r.rank} called all_reduce {len(calls)} times in the {phase} pass "
+                            f"(at {', '.join(sorted({str(c.get('caller') or 'inside torch') for c in calls}))}); "
+                            f"one, of {what}, is all it needs")
+
+
+def _work(runs):
+    if not any(calls for w in runs for r in w.ranks for calls in _phases(r).values()):
+        return "no rank communicated in tensor_parallel_mlp: the ranks' partial results are summed with all-reduces"
+
+
+EXERCISE = Exercise(
+    id="1.4",
+    title="a tensor-parallel MLP",
+    kind="function",
+    entry="tensor_parallel_mlp",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    checks=[
+        Check("shard_weights: A split by columns, B by the matching rows, 1/W of each on every rank", 2, _shards,
+              needs="partial",
+              hint="rank r keeps A[:, cols] and B[cols, :], the same cols, with "
+                   "cols = slice(r * H // W, (r + 1) * H // W) for H hidden units"),
+        Check("the output equals the unsplit MLP's on every rank", 3, _output,
+              hint="sum the ranks' partial results GeLU(x a) b in g's forward: a copy all-reduced"),
+        Check("the gradients of the input and of each rank's shards equal the unsplit MLP's", 4, _gradients,
+              hint="an autograd.Function f (forward: identity; backward: all-reduce) before the column-parallel "
+                   "layer, and g (forward: all-reduce; backward: identity) after the row-parallel one"),
+        Check("communication: one all-reduce of the output forward, one of the input's gradient backward, "
+              "nothing more", 2, _communication,
+              hint="everything else each rank computes from its own shards"),
+    ],
+)
