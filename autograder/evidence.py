@@ -114,6 +114,7 @@ class WorldRun:
     timeout: float = 0.0
     host_failure: str = ""
     exports: dict[str, dict] = field(default_factory=dict)  # path a rank saved to -> what it held
+    stopped_at: float | None = None  # when the grader stopped a hang (wall clock, as the trace's times)
 
     @property
     def world_size(self) -> int:
@@ -152,7 +153,7 @@ def load(launch: LaunchResult) -> WorldRun:
     finally:
         folder.close()
     return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
-                    launch.timeout, launch.host_failure)
+                    launch.timeout, launch.host_failure, stopped_at=launch.stopped_at)
 
 
 def _rank(folder: files.Folder, launch: LaunchResult, exit) -> RankRecord:

@@ -87,6 +87,7 @@ class LaunchResult:
     stall: Stall | None = None  # every running rank was blocked and nothing moved
     timed_out: bool = False  # the wall-clock limit passed
     host_failure: str = ""  # the rank host died or spoke nonsense
+    stopped_at: float | None = None  # wall-clock time (as in the trace) the grader stopped a hang
     events: dict[int, list[dict]] = field(default_factory=dict)
     events_sha256: dict[int, str] = field(default_factory=dict)  # of each rank's event file as read
 
@@ -312,6 +313,7 @@ class RankHost:
                 if stall is None:
                     continue
                 result.stall = stall
+            result.stopped_at = time.time()
             self.send(op="stop", stacks=[r for r in range(result.world_size) if r not in watch.exits])
             self._drain(watch)
             return

@@ -157,9 +157,8 @@ class Report:
     def _timeline_html(self) -> str:
         if not self.timeline:
             return ""
-        drawn = _drawn(self.timeline)
-        return (f"<details style='margin-top:6px'><summary>Your run, rank by rank</summary>{drawn.to_svg()}"
-                f"<pre style='{_PRE};font-size:11px'>{html.escape(drawn.to_text())}</pre></details>")
+        return (f"<details style='margin-top:6px'><summary>Your run, rank by rank</summary>"
+                f"{_drawn(self.timeline).to_svg()}</details>")
 
 
 def _drawn(timeline: dict):

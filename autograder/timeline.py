@@ -84,6 +84,12 @@ class Timeline:
             parts.append(f"<rect x='{x}' y='{y - 9}' width='10' height='10' fill='{KINDS[k][1]}'/>"
                          f"<text x='{x + 14}' y='{y}' font-size='11'>{KINDS[k][2]}</text>")
             x += 22 + 6 * len(KINDS[k][2])
+        for rank, row in enumerate(self.rows):
+            stopped = next((s for s in row if s.unfinished), None)
+            if stopped is not None:
+                y += 15
+                parts.append(f"<text x='{left}' y='{y}' font-size='11'>rank {rank} never returned from "
+                             f"{html.escape(stopped.label)} (dashed)</text>")
         return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 10}' height='{y + 6}' "
                 f"font-family='sans-serif'>{''.join(parts)}</svg>")
 
@@ -110,12 +116,12 @@ def of_world(world, title: str, between: tuple[str, str] | None = None) -> Timel
     the moment the ranks joined the group to the end. None when nothing was traced."""
     rows = [_spans(r.events, between) for r in world.ranks]
     starts = [s for s in (_start(r.events, between) for r in world.ranks) if s is not None]
-    ends = [s.end for row in rows for s in row] + [e["t"] for r in world.ranks for e in _window(r.events, between)
-                                                    if isinstance(e.get("t"), (int, float))]
+    ends = [s.end for row in rows for s in row] + [e["t"] for r in world.ranks for e in _window(r.events, between)]
     if not starts or not any(rows):
         return None
     t0 = min(starts)
-    t1 = max(ends + [t0])
+    stopped = world.stopped_at if any(s.unfinished for row in rows for s in row) else None
+    t1 = max(ends + [t0] + ([stopped] if stopped else []))
     if t1 <= t0:
         return None
     shifted = [[Span(max(s.start - t0, 0), min((t1 if s.unfinished else s.end) - t0, t1 - t0), s.kind, s.label,
