@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, edits
 
 pytestmark = pytest.mark.browser
 
@@ -41,9 +41,9 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright pac
 
 JUPYTER = Path(sys.executable).with_name("jupyter")
 LESSON = "02_ddp_basics.ipynb"
+LESSONS = ("01_parallelism.ipynb", LESSON)
 SHOTS = ROOT / "tests" / ".screenshots"
 SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
-HEADLINE = re.compile(r"Exercise 2\.4 \(.*?\): (\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) points")
 
 
 def free_port() -> int:
@@ -81,8 +81,9 @@ def lab(tmp_path_factory):
     root = home / "root"
     (root / "lessons").mkdir(parents=True)
     (root / "exercises").mkdir()
-    shutil.copy(ROOT / "lessons" / LESSON, root / "lessons")
-    shutil.copy(ROOT / "exercises" / LESSON, root / "exercises")
+    for notebook in LESSONS:
+        shutil.copy(ROOT / "lessons" / notebook, root / "lessons")
+        shutil.copy(ROOT / "exercises" / notebook, root / "exercises")
     settings = {  # every cell in the page, not only those scrolled into view; no pop-up asking about news
         "notebook-extension/tracker": {"windowingMode": "none"},
         "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
@@ -104,7 +105,8 @@ def lab(tmp_path_factory):
          *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI runs as root
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    originals = {path: path.read_bytes() for path in (ROOT / "lessons" / LESSON, ROOT / "exercises" / LESSON)}
+    originals = {path: path.read_bytes() for notebook in LESSONS
+                 for path in (ROOT / "lessons" / notebook, ROOT / "exercises" / notebook)}
     try:
         wait_for_server(url, token, server, home / "lab.log")
         yield url, token, root
@@ -169,7 +171,7 @@ def page(browser):
 
 def open_notebook(page, lab, path: str):
     url, token, _ = lab
-    page.goto(f"{url}/lab/tree/{path}?token={token}")
+    page.goto(f"{url}/lab/tree/{path}?reset&token={token}")  # reset: no tabs of an earlier test
     page.locator(".jp-Notebook .jp-Cell").first.wait_for()
     wait_idle(page)  # the kernel has started: running a cell before would ask which kernel to use
 
@@ -212,23 +214,24 @@ def run_cell(page, cell, source: str | None = None):
     page.keyboard.press("Shift+Enter")
 
 
-def report_of(check_cell) -> tuple[str, float, float]:
+def report_of(check_cell, exercise: str = "2.4") -> tuple[str, float, float]:
     """The report a check cell shows: its text, the points earned and the points possible."""
     report = check_cell.locator(".autograder-report")
     report.wait_for(timeout=240_000)
     text = report.inner_text()
-    match = HEADLINE.search(text)
-    assert match, f"no 'Exercise 2.4 (...): X/Y points' headline in the report:\n{text}"
+    match = re.search(rf"Exercise {re.escape(exercise)} \(.*?\): (\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) points", text)
+    assert match, f"no 'Exercise {exercise} (...): X/Y points' headline in the report:\n{text}"
     return text, float(match.group(1)), float(match.group(2))
 
 
-def test_lesson_runs_in_jupyterlab(lab, page):
-    open_notebook(page, lab, f"lessons/{LESSON}")
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lesson_runs_in_jupyterlab(lab, page, lesson):
+    open_notebook(page, lab, f"lessons/{lesson}")
     menu(page, "Run", "Run All Cells")
     page.wait_for_timeout(500)
     wait_idle(page)
     page.locator(".jp-CodeCell").first.scroll_into_view_if_needed()
-    page.screenshot(path=SHOTS / "lesson.png")
+    page.screenshot(path=SHOTS / f"lesson_{lesson.split('_')[0]}.png")
     prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
     assert prompts and all(re.search(r"\[\d+\]", p) for p in prompts), f"cells not run: {prompts}"
     # an exception, like anything written to stderr, shows with the stderr mime type
@@ -261,3 +264,20 @@ def test_exercise_report_in_jupyterlab(lab, page):
     check.screenshot(path=SHOTS / "exercise_2_4_right.png")
     assert earned == possible, text
     assert "Hint" not in text
+
+
+def test_pipeline_report_draws_the_students_run(lab, page):
+    open_notebook(page, lab, "exercises/01_parallelism.ipynb")
+    run_cell(page, code_cell(page, "%load_ext autograder"))
+    wait_idle(page)
+    exercise = code_cell(page, "%%exercise 1.3")
+    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("1.3"'))
+    wrong = edits.write(ROOT / "tests" / "submissions" / "ex1_3", "wrong_backward_after_each_forward", lab[2])
+    run_cell(page, exercise, f"%%exercise 1.3\n{wrong.read_text()}")
+    run_cell(page, check)
+    text, earned, possible = report_of(check, "1.3")
+    assert earned < possible and "GPipe runs the forwards of all" in text, text
+    check.locator("summary", has_text="Your run, rank by rank").click()
+    drawing = check.locator(".autograder-report svg")
+    assert drawing.is_visible() and drawing.locator("text", has_text="rank 2").count() == 1
+    check.screenshot(path=SHOTS / "exercise_1_3_wrong.png")

@@ -22,7 +22,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises, sandbox
 from autograder.source import magic_id
-from conftest import release_script
+from conftest import edits, release_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
@@ -67,9 +67,9 @@ def processes_in(folder: Path) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    root = tmp_path_factory.mktemp("course")
+def graded_class(root: Path, source: Path, assignment: str, class_of) -> Path:
+    """Release `source` as `assignment`, hand in `class_of(released, solutions, correct answers)`
+    (student -> notebook), autograde, give feedback and export, all inside `root`."""
     env = release_script().tool_environment(TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
     (root / "tmp").mkdir()
 
@@ -82,44 +82,54 @@ def course(tmp_path_factory):
     if sandbox.probe()[0] is None:  # say so, as an instructor must, or autograding refuses
         with open(root / "nbgrader_config.py", "a") as f:
             f.write("\nc.GradeInSandbox.allow_without_sandbox = True\n")
-    (root / "source" / ASSIGNMENT).mkdir(parents=True)
-    shutil.copy(SOURCE, root / "source" / ASSIGNMENT)
-    nbgrader("generate_assignment", ASSIGNMENT)
-    released = root / "release" / ASSIGNMENT / SOURCE.name
+    (root / "source" / assignment).mkdir(parents=True)
+    shutil.copy(source, root / "source" / assignment)
+    nbgrader("generate_assignment", assignment)
+    released = root / "release" / assignment / source.name
 
-    solutions = nbformat.read(SOURCE, as_version=4)
+    solutions = nbformat.read(source, as_version=4)
     correct = {magic_id(c.source): solved(c.source.split("\n", 1)[1])
                for c in solutions.cells if c.cell_type == "code" and magic_id(c.source)}
     for cell in solutions.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    class_ = {
-        "correct": solutions,
-        "wrong": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()}),
-        "hanging": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
-        "empty": nbformat.read(released, as_version=4),
-        "cheater": with_cell(nbformat.read(released, as_version=4), 2, "check = lambda *args, **kwargs: None"),
-    }
-    for student, nb in class_.items():
-        folder = root / "submitted" / student / ASSIGNMENT
+    for student, nb in class_of(released, solutions, correct).items():
+        folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
-        nbformat.write(nb, folder / SOURCE.name)
+        nbformat.write(nb, folder / source.name)
 
-    nbgrader("autograde", ASSIGNMENT)
-    nbgrader("generate_feedback", ASSIGNMENT)
+    nbgrader("autograde", assignment)
+    nbgrader("generate_feedback", assignment)
     nbgrader("export")
     return root
 
 
-@pytest.fixture(scope="module")
-def scores(course):
+def check_cell_scores(root: Path, notebook: str, assignment: str, students) -> dict:
     """student -> exercise id -> (score, max score) of its check cell."""
     found = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for student in ("correct", "wrong", "hanging", "empty", "cheater"):
-            grades = gb.find_submission_notebook(NOTEBOOK, ASSIGNMENT, student).grades
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for student in students:
+            grades = gb.find_submission_notebook(notebook, assignment, student).grades
             found[student] = {g.name.removeprefix("check_").replace("_", "."): (g.score, g.max_score) for g in grades}
     return found
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    def class_of(released, solutions, correct):
+        return {
+            "correct": solutions,
+            "wrong": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()}),
+            "hanging": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
+            "empty": nbformat.read(released, as_version=4),
+            "cheater": with_cell(nbformat.read(released, as_version=4), 2, "check = lambda *args, **kwargs: None"),
+        }
+    return graded_class(tmp_path_factory.mktemp("course"), SOURCE, ASSIGNMENT, class_of)
+
+
+@pytest.fixture(scope="module")
+def scores(course):
+    return check_cell_scores(course, NOTEBOOK, ASSIGNMENT, ("correct", "wrong", "hanging", "empty", "cheater"))
 
 
 def test_check_cells_are_worth_the_exercise_points(scores):
@@ -171,3 +181,33 @@ def test_feedback_and_grades_csv(course):
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="reads /proc")
 def test_nothing_left_running(course):
     assert processes_in(course) == []
+
+
+LESSON_1 = ROOT / "solutions" / "01_parallelism.ipynb"
+LESSON_1_MISTAKES = {"1.3": "wrong_loss_not_divided", "1.4": "wrong_no_f"}
+
+
+@pytest.fixture(scope="module")
+def lesson_1_scores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course1")
+
+    def class_of(released, solutions, correct):
+        wrong = {ex: edits.write(ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}", name, root).read_text()
+                 for ex, name in LESSON_1_MISTAKES.items()}
+        return {"correct": solutions, "mixed": handed_in(released, {**correct, **wrong})}
+
+    graded_class(root, LESSON_1, "ps1", class_of)
+    return check_cell_scores(root, LESSON_1.stem, "ps1", ("correct", "mixed"))
+
+
+def test_lesson_1_class_gets_partial_credit_where_it_erred(lesson_1_scores):
+    ids = [magic_id(c.source) for c in nbformat.read(LESSON_1, as_version=4).cells
+           if c.cell_type == "code" and magic_id(c.source)]
+    assert ids == ["1.0", "1.1", "1.2", "1.3", "1.4"]
+    for ex in ids:
+        worth = exercises.get(ex).points
+        assert lesson_1_scores["correct"][ex] == (worth, worth)
+        if ex not in LESSON_1_MISTAKES:
+            assert lesson_1_scores["mixed"][ex] == (worth, worth)
+    for ex in LESSON_1_MISTAKES:  # the gradient check of each fails, and only it
+        assert lesson_1_scores["mixed"][ex] == (exercises.get(ex).points - 4, exercises.get(ex).points)
