@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {ex: ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}" / name for ex, name in {
-    "1.1": "correct_loops.py", "1.2": "correct_async.py", "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
+    "1.1": "correct_loops.py", "1.2": "correct_async.py", "1.3": "correct_blocking.py",
+    "1.4": "correct_functions.py", "1.5": "correct_counted.py", "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
     "2.4": "correct_strided.py", "2.5": "correct_contextlib.py"}.items()}
 
 

@@ -20,7 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_list_prints_one_exercise_id_a_line():
     out = run("list")
     assert out.returncode == 0
-    assert out.stdout.split() == exercises.ids() == ["1.0", "1.1", "1.2", "1.3", "1.4", "2.0", "2.1", "2.2", "2.3", "2.4", "2.5"]
+    assert out.stdout.split() == exercises.ids() == ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "2.0", "2.1", "2.2", "2.3", "2.4", "2.5"]
 
 
 def test_grade_json_contract_on_a_wrong_solution():
@@ -86,6 +86,7 @@ def test_grade_all_grades_the_exercises_the_notebook_holds():
     out = run("grade", "all", "solutions/01_parallelism.ipynb", "--quiet")
     assert out.returncode == 0, out.stderr
     assert [line.split(" (")[0] for line in out.stdout.splitlines() if line.startswith("Exercise ")] == \
-        ["Exercise 1.0", "Exercise 1.1", "Exercise 1.2", "Exercise 1.3", "Exercise 1.4"]
+        ["Exercise 1.0", "Exercise 1.1", "Exercise 1.2", "Exercise 1.3", "Exercise 1.4",
+         "Exercise 1.5"]
     refused = run("grade", "all", "README.md")
     assert refused.returncode == 2 and "is not one" in refused.stderr

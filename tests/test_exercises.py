@@ -38,6 +38,8 @@ TP_OUTPUT = "the output equals the unsplit MLP's on every rank"
 TP_GRADIENTS = "the gradients of the input and of each rank's shards equal the unsplit MLP's"
 TP_COMMUNICATION = ("communication: one all-reduce of the output forward, one of the input's gradient backward, "
                     "nothing more")
+MEMORY = "parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism"
+ADAM = "Adam's state on the busiest rank, for every scheme"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -70,6 +72,13 @@ CAUGHT_BY = {
     ("1.4", "wrong_f_and_g_swapped"): {TP_OUTPUT, TP_GRADIENTS},  # a wrong forward has wrong gradients
     ("1.4", "wrong_second_weight_by_columns"): {TP_SHARDS},
     ("1.4", "wrong_rows_do_not_match"): {TP_SHARDS},
+    ("1.5", "wrong_forgets_the_optimizer"): {ADAM},
+    ("1.5", "wrong_one_moment"): {ADAM},
+    ("1.5", "wrong_pipeline_even_split"): {MEMORY},
+    ("1.5", "wrong_tensor_splits_every_bias"): {MEMORY},
+    ("1.5", "wrong_data_sends_everything_to_rank0"): {"bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)"},
+    ("1.5", "wrong_pipeline_one_direction"): {"bytes sent per step by the busiest rank: pipeline parallelism"},
+    ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},

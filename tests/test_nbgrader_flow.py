@@ -203,7 +203,7 @@ def lesson_1_scores(tmp_path_factory):
 def test_lesson_1_class_gets_partial_credit_where_it_erred(lesson_1_scores):
     ids = [magic_id(c.source) for c in nbformat.read(LESSON_1, as_version=4).cells
            if c.cell_type == "code" and magic_id(c.source)]
-    assert ids == ["1.0", "1.1", "1.2", "1.3", "1.4"]
+    assert ids == ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"]
     for ex in ids:
         worth = exercises.get(ex).points
         assert lesson_1_scores["correct"][ex] == (worth, worth)

@@ -1,0 +1,196 @@
+"""Exercise 1.5: predict the costs: per_rank_costs(scheme, blocks, d, h, world_size, rows).
+
+The student's function is pure arithmetic, called in a rank on several models and world sizes.
+The grader counts the same quantities from what each rank would hold and send: the shapes of
+every rank's shards (and Adam's two moments for each), and the messages of the schedules built
+in exercises 1.2 to 1.4 (a ring all-reduce cut with tensor_split, GPipe's activations and
+gradients, the Megatron MLP's two all-reduces per block). Each quantity is the busiest rank's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from autograder.checks import Check
+from autograder.exercises import Exercise
+
+FLOAT = 4  # bytes of a float32
+SCHEMES = ("data", "pipeline", "tensor")
+QUANTITIES = ("parameters", "gradients", "optimizer", "sent")
+# (blocks, d, h, rows): h a multiple of every world size; blocks that some world sizes do not divide
+MODELS = ((3, 16, 48, 32), (5, 8, 24, 12), (4, 32, 96, 7))
+WORLD_SIZES = (1, 2, 3, 4)
+# Memory is counted exactly; traffic within 1%, so that 2(W-1)/W of a length W does not divide
+# counts as much as the exact chunks of tensor_split.
+RTOL = {"parameters": 1e-6, "gradients": 1e-6, "optimizer": 1e-6, "sent": 1e-2}
+
+
+def cases():
+    for blocks, d, h, rows in MODELS:
+        for w in WORLD_SIZES:
+            for scheme in SCHEMES:
+                yield scheme, blocks, d, h, w, rows
+
+
+def harness(student, rank, layout, rec, **_):
+    results = []
+    for scheme, blocks, d, h, w, rows in cases():
+        try:
+            got = student.per_rank_costs(scheme, blocks, d, h, w, rows)
+            results.append({q: _number(got.get(q)) if isinstance(got, dict) else None for q in QUANTITIES})
+        except NotImplementedError:
+            raise  # the exercise cell as released: said as such
+        except Exception as exc:
+            results.append({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    return results
+
+
+def _number(value) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# The grader's count ---------------------------------------------------------------------------
+
+
+def block_shapes(d: int, h: int) -> list[tuple[int, ...]]:
+    """One MLP block's parameters: Linear(d, h) (weight, bias), then Linear(h, d)."""
+    return [(h, d), (h,), (d, h), (d,)]
+
+
+def shards(scheme: str, blocks: int, d: int, h: int, w: int, rank: int) -> list[tuple[int, ...]]:
+    """The shapes of the parameters `rank` holds."""
+    if scheme == "data":
+        return block_shapes(d, h) * blocks
+    if scheme == "pipeline":
+        mine = len(torch.tensor_split(torch.arange(blocks), w)[rank])
+        return block_shapes(d, h) * mine
+    cols = h // w  # tensor: column-parallel Linear(d, h) and its bias; row-parallel Linear(h, d), its bias whole
+    return [(cols, d), (cols,), (d, cols), (d,)] * blocks
+
+
+def ring_sent(values: int, w: int, rank: int) -> int:
+    """Bytes `rank` sends in a ring all-reduce of `values` floats cut with tensor_split (exercise 1.2)."""
+    if w == 1:
+        return 0
+    chunks = [len(c) for c in torch.tensor_split(torch.arange(values), w)]
+    sent = [chunks[(rank - s) % w] for s in range(w - 1)] + [chunks[(rank + 1 - s) % w] for s in range(w - 1)]
+    return sum(sent) * FLOAT
+
+
+def sent(scheme: str, blocks: int, d: int, h: int, w: int, rows: int, rank: int) -> int:
+    if scheme == "data":
+        return ring_sent(sum(math.prod(s) for s in block_shapes(d, h)) * blocks, w, rank)
+    if scheme == "pipeline":  # every stage's output is rows x d, as is its input
+        forward = rows * d * FLOAT if rank < w - 1 else 0
+        backward = rows * d * FLOAT if rank > 0 else 0
+        return forward + backward
+    return blocks * 2 * ring_sent(rows * d, w, rank)  # per block: the output forward, the input's gradient back
+
+
+def expected(scheme, blocks, d, h, w, rows) -> dict[str, int]:
+    per_rank = []
+    for rank in range(w):
+        held = sum(math.prod(s) for s in shards(scheme, blocks, d, h, w, rank)) * FLOAT
+        per_rank.append({"parameters": held, "gradients": held, "optimizer": 2 * held,
+                         "sent": sent(scheme, blocks, d, h, w, rows, rank)})
+    return {q: max(r[q] for r in per_rank) for q in QUANTITIES}
+
+
+def _close(got, want, rtol: float = 1e-6) -> bool:
+    return got is not None and abs(got - want) <= rtol * max(abs(want), 1)
+
+
+def _judge(quantities: tuple[str, ...], schemes: tuple[str, ...], explain):
+    def verify(runs):
+        results = runs.worlds[0].ranks[0].result
+        if not isinstance(results, list):
+            return "per_rank_costs returned nothing that could be read"
+        for (scheme, blocks, d, h, w, rows), got in zip(cases(), results):
+            if scheme not in schemes:
+                continue
+            label = f"{scheme} parallelism, {blocks} blocks, d={d}, h={h}, W={w}, {rows} rows"
+            if "error" in got:
+                return f"{label}: per_rank_costs raised {got['error']}"
+            want = expected(scheme, blocks, d, h, w, rows)
+            if quantities == ("optimizer",) and got.get("parameters") is not None:
+                # Adam's state follows the parameters the student counted: a wrong count is charged once
+                want = {**want, "optimizer": 2 * got["parameters"]}
+            for q in quantities:
+                if not _close(got.get(q), want[q], RTOL[q]):
+                    shown = "nothing (no number)" if got.get(q) is None else f"{got[q]:g}"
+                    why = explain(q, got, want, scheme, blocks, d, h, w, rows)
+                    whose = "twice its parameters'" if q == "optimizer" else "the busiest rank's"
+                    return f"{label}: {q!r} is {shown} bytes, {whose} is {want[q]:g}" + (f": {why}" if why else "")
+    return verify
+
+
+def _memory_explained(q, got, want, scheme, blocks, d, h, w, rows) -> str:
+    value, whole = got.get(q), expected("data", blocks, d, h, 1, rows)[q]
+    if value is None:
+        return ""
+    if q == "optimizer":
+        if value == 0:
+            return "Adam keeps two moments (exp_avg, exp_avg_sq) for every parameter it updates"
+        if _close(value, want["optimizer"] / 2):
+            return "that is one moment per parameter; Adam keeps two"
+        return ""
+    if scheme != "data" and w > 1 and _close(value, whole):
+        return f"the whole model's; under {scheme} parallelism each rank holds only its share"
+    if scheme == "pipeline" and _close(value, whole / w) and blocks % w:
+        return (f"{blocks} blocks do not split evenly over {w} ranks: the busiest stage holds "
+                f"{math.ceil(blocks / w)} of them")
+    if scheme == "tensor" and _close(value, whole / w):
+        return ("the second Linear's bias is not split: it is added after the all-reduce, so every rank holds "
+                "it whole")
+    return ""
+
+
+def _sent_explained(q, got, want, scheme, blocks, d, h, w, rows) -> str:
+    value = got.get(q)
+    if value is None or w == 1:
+        return "one rank sends nothing" if w == 1 and value else ""
+    close = lambda a, b: _close(a, b, RTOL["sent"])  # noqa: E731
+    n = sum(math.prod(s) for s in block_shapes(d, h)) * blocks * FLOAT
+    if scheme == "data" and close(value, (w - 1) * n):
+        return "that is what rank 0 sends when everything is gathered on it; a ring sends 2(W-1)/W of the gradients"
+    if scheme == "data" and close(value, 2 * n):
+        return "a ring rank sends 2(W-1) chunks of 1/W of the gradients each, not two whole copies"
+    if scheme == "pipeline" and w == 2 and close(value, 2 * rows * d * FLOAT):
+        return "with two stages, each rank sends in one direction only: rank 0 activations, rank 1 gradients"
+    if scheme == "pipeline" and close(value, rows * d * FLOAT) and w > 2:
+        return "a middle stage sends its activations forward and its input's gradient back, both for every row"
+    if scheme == "tensor" and close(value, want[q] / 2):
+        return "each block all-reduces twice per step: its output forward and its input's gradient backward"
+    return ""
+
+
+EXERCISE = Exercise(
+    id="1.5",
+    title="predict the costs per rank",
+    kind="function",
+    entry="per_rank_costs",
+    harness=harness,
+    world_sizes=(1,),
+    checks=[
+        Check("parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism", 3,
+              _judge(("parameters", "gradients"), SCHEMES, _memory_explained),
+              hint="count the shapes each rank holds: all blocks (data), its stage's blocks (pipeline), "
+                   "1/W of each weight plus the whole row-parallel bias (tensor); 4 bytes a float"),
+        Check("Adam's state on the busiest rank, for every scheme", 2,
+              _judge(("optimizer",), SCHEMES, _memory_explained),
+              hint="two float32 moments for every parameter the rank updates"),
+        Check("bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)", 2,
+              _judge(("sent",), ("data",), _sent_explained),
+              hint="2(W-1) messages, each one chunk of about 1/W of all the gradients"),
+        Check("bytes sent per step by the busiest rank: pipeline parallelism", 2,
+              _judge(("sent",), ("pipeline",), _sent_explained),
+              hint="a stage sends its output activations forward and its input's gradient back, for every row"),
+        Check("bytes sent per step by the busiest rank: tensor parallelism", 2,
+              _judge(("sent",), ("tensor",), _sent_explained),
+              hint="two ring all-reduces of a rows x d tensor per block: one forward, one backward"),
+    ],
+)
