@@ -7,12 +7,13 @@ import functools
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograder import engine, exercises
 from autograder.report import Report
 from autograder.timeline import Timeline
-from conftest import SUBMISSIONS, edits
+from conftest import ROOT, SUBMISSIONS, edits
 
 RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "1.2": "the code runs to the end on every rank at every world size",
@@ -318,3 +319,14 @@ def test_the_timeline_of_a_hang_shows_where_each_rank_stopped():
     drawn = Timeline.from_dict(report.timeline)
     assert all(any(s.unfinished and s.kind == "send" for s in row) for row in drawn.rows)
     assert "stuck in send #1 to rank 1" in report.to_text()
+
+
+def test_the_single_process_script_2_3_starts_from_scores_nothing_and_says_why():
+    given = folder("2.3") / "given_single_process.py"
+    task = next(c for c in nbformat.read(ROOT / "solutions" / "02_ddp_basics.ipynb", as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "task_2_3")
+    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
+    report = graded("2.3", "given_single_process")
+    assert report.score == 0
+    assert report.problem.startswith("Nothing to grade: no rank joined a process group: this is still a "
+                                     "single-process script"), report.problem

@@ -45,6 +45,9 @@ def drawn_reference(world) -> torch.Tensor:
 
 
 def _work(runs):
+    if not any(r.of("init_process_group") for w in runs for r in w.ranks):
+        return ("no rank joined a process group: this is still a single-process script, run once in every "
+                "process, each training alone on the whole dataset")
     if not any(r.of("optimizer_step") for w in runs for r in w.ranks):
         return "no rank took a single optimizer step"
 
