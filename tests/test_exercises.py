@@ -22,7 +22,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.1": "the code runs to the end on every rank at every world size",
         "2.2": "the code runs to the end on every rank at every world size",
         "2.3": "the script runs to the end on every rank",
-        "2.4": "the code runs to the end on every rank at every world size"}
+        "2.4": "the code runs to the end on every rank at every world size",
+        "2.6": "the script runs to the end on every rank"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -41,6 +42,12 @@ TP_COMMUNICATION = ("communication: one all-reduce of the output forward, one of
                     "nothing more")
 MEMORY = "parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism"
 ADAM = "Adam's state on the busiest rank, for every scheme"
+# 2.6's planted bugs, each named by the symptom 2.3's checks see
+BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 0",
+        "wrong_no_set_epoch": "set_epoch(epoch) at the top of every epoch, so the order changes every epoch",
+        "wrong_extra_all_reduce": "equal to the single-process reference trained on the same global batches",
+        "wrong_saves_wrapper": "checkpoint keys have no 'module.' prefix and load strictly into the plain model",
+        "wrong_no_destroy": "process group destroyed at the end"}
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -80,6 +87,7 @@ CAUGHT_BY = {
     ("1.5", "wrong_data_sends_everything_to_rank0"): {"bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)"},
     ("1.5", "wrong_pipeline_one_direction"): {"bytes sent per step by the busiest rank: pipeline parallelism"},
     ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
+    **{("2.6", name): {check} for name, check in BUGS.items()},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
@@ -330,3 +338,12 @@ def test_the_single_process_script_2_3_starts_from_scores_nothing_and_says_why()
     assert report.score == 0
     assert report.problem.startswith("Nothing to grade: no rank joined a process group: this is still a "
                                      "single-process script"), report.problem
+
+
+def test_the_script_2_6_hands_out_fails_the_checks_of_all_its_bugs_at_once():
+    given = folder("2.6") / "given_buggy.py"
+    task = next(c for c in nbformat.read(ROOT / "solutions" / "02_ddp_basics.ipynb", as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "task_2_6")
+    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
+    report = graded("2.6", "given_buggy")
+    assert {c.name for c in report.checks if c.status == "failed"} == set(BUGS.values()), report.to_text()
