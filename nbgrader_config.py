@@ -14,7 +14,7 @@ points, which nbgrader takes as partial credit. A notebook cannot fool it by wha
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
 
-from autograder.nbgrader_grading import GradeInSandbox
+from autograder.nbgrader_grading import GradeInSandbox, feedback_template_dirs
 
 c = get_config()  # noqa: F821 (nbgrader defines it when it loads this file)
 
@@ -37,6 +37,11 @@ c.Autograde.autograde_preprocessors = [
 # Autograding refuses to run where the sandbox cannot (bubblewrap missing or not permitted).
 # To grade anyway, with each submission running as you, beside the gradebook:
 # c.GradeInSandbox.allow_without_sandbox = True
+
+# Feedback pages list each check cell as its exercise ("Exercise 2.4"), not as nbgrader's "Test cell".
+c.HTMLExporter.template_name = "course_feedback"
+c.HTMLExporter.template_file = "course_feedback.html.j2"
+c.HTMLExporter.extra_template_basedirs = feedback_template_dirs()
 
 # A check cell grades its exercise at world sizes 1, 2 and 3, and gives up after 240 s
 # (autograder.notebook.GRADE_LIMIT), so that it answers before the cell is cut off here.

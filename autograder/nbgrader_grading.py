@@ -132,3 +132,12 @@ def _value(node, names: dict):
         return ast.literal_eval(node)
     except ValueError:
         return None
+
+
+def feedback_template_dirs() -> list[str]:
+    """Where nbconvert finds the feedback page: nbgrader's own templates, then the course's, whose
+    `course_feedback` names each check cell after its exercise."""
+    import nbgrader
+
+    return [str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"),
+            str(Path(__file__).parent / "feedback_template")]

@@ -171,6 +171,10 @@ def test_hidden_tests_ran_at_autograde(course):
 def test_feedback_and_grades_csv(course):
     for student in ("correct", "wrong", "hanging", "empty", "cheater"):
         assert (course / "feedback" / student / ASSIGNMENT / f"{NOTEBOOK}.html").is_file()
+    page = (course / "feedback" / "wrong" / ASSIGNMENT / f"{NOTEBOOK}.html").read_text()
+    assert "Test cell" not in page  # each check cell is listed under its exercise
+    assert all(f'<a href="#check_{ex.replace(".", "_")}">Exercise {ex}</a>' in page for ex in IDS)
+    assert "autograder-report" in page and "<svg" in page  # the report, with the picture of the run
     with open(course / "grades.csv") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f)}
     assert set(rows) == {"correct", "wrong", "hanging", "empty", "cheater"}
