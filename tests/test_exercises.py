@@ -23,7 +23,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.2": "the code runs to the end on every rank at every world size",
         "2.3": "the script runs to the end on every rank",
         "2.4": "the code runs to the end on every rank at every world size",
-        "2.6": "the script runs to the end on every rank"}
+        "2.6": "the script runs to the end on every rank",
+        "3.1": "the code runs to the end on every rank at every world size"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -48,6 +49,8 @@ BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 
         "wrong_extra_all_reduce": "equal to the single-process reference trained on the same global batches",
         "wrong_saves_wrapper": "checkpoint keys have no 'module.' prefix and load strictly into the plain model",
         "wrong_no_destroy": "process group destroyed at the end"}
+BN_OUTPUT = "the output equals batch norm over all the ranks' batches put together"
+BN_RUNNING = "running statistics updated on every rank with the batch mean and unbiased variance"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -88,6 +91,13 @@ CAUGHT_BY = {
     ("1.5", "wrong_pipeline_one_direction"): {"bytes sent per step by the busiest rank: pipeline parallelism"},
     ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
     **{("2.6", name): {check} for name, check in BUGS.items()},
+    ("3.1", "wrong_mean_of_means"): {BN_OUTPUT},
+    ("3.1", "wrong_pooled_variances"): {BN_OUTPUT},
+    ("3.1", "wrong_normalizes_with_unbiased_variance"): {BN_OUTPUT},
+    ("3.1", "wrong_biased_running_variance"): {BN_RUNNING},
+    ("3.1", "wrong_running_statistics_on_rank0_only"): {BN_RUNNING},
+    ("3.1", "wrong_plain_all_reduce"): {"the gradient of the input equals global batch norm's"},
+    ("3.1", "wrong_one_all_reduce_per_statistic"): {"one all-reduce per forward pass, not one per statistic"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},

@@ -1,0 +1,313 @@
+"""Exercise 3.1: synchronized batch norm from scratch, in training mode:
+sync_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps).
+
+Every rank holds a batch of its own size (one rank a single sample), so a mean of the ranks'
+means, or of their variances, shows. The grader reads back from each rank's output the mean and
+variance the rank normalized with (the output is an affine function of the input, channel by
+channel), so the running statistics are judged against the statistics the rank used: a wrong
+mean is charged once, by the output's check.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from autograder.checks import Check
+from autograder.exercises import Exercise
+from autograder.rig import join_group
+
+C, L = 4, 3  # channels, and positions per sample: x is (N, C, L)
+BATCHES = {1: [5], 2: [3, 6], 3: [5, 1, 8]}  # rows per rank; a rank with a single sample at W = 3
+MOMENTUM, EPS = 0.1, 1e-5
+TOL = dict(rtol=1e-4, atol=1e-5)
+PARTS = ("output", "input's gradient", "running mean", "running variance")
+
+
+def rows(world_size: int) -> list[int]:
+    return BATCHES.get(world_size, [3 + r % 4 for r in range(world_size)])
+
+
+def inputs(seed: int, world_size: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch, shifted and scaled differently on every rank, and the weighting of its loss."""
+    g = torch.Generator().manual_seed(6000 + 100 * seed + 10 * world_size + rank)
+    n = rows(world_size)[rank]
+    x = torch.randn(n, C, L, generator=g) * (1 + rank) + 2 * rank - 1
+    return x, torch.randn(n, C, L, generator=g)
+
+
+def layer(seed: int) -> dict[str, torch.Tensor]:
+    """The starting running statistics and the affine parameters, the same on every rank."""
+    g = torch.Generator().manual_seed(7000 + seed)
+    return {"running_mean": torch.randn(C, generator=g), "running_var": torch.rand(C, generator=g) + 0.5,
+            "weight": torch.rand(C, generator=g) + 0.5, "bias": torch.randn(C, generator=g)}
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    join_group()
+    w = layout.world_size
+    x, weighting = inputs(seed, w, rank)
+    x.requires_grad_()
+    state = layer(seed)
+    rec.event("call")
+    y = student.sync_batch_norm(x, state["running_mean"], state["running_var"], state["weight"], state["bias"],
+                                MOMENTUM, EPS)
+    rec.event("backward")
+    ok = isinstance(y, torch.Tensor) and y.shape == x.shape
+    if ok and y.requires_grad:
+        (y * weighting).sum().backward()  # each rank's loss is its own part of the job's total
+    rec.event("done")
+    seen = (y if ok else None, x.grad, state["running_mean"], state["running_var"])
+    rec.keep("output, gradient, running statistics", torch.cat([
+        (t.detach() if isinstance(t, torch.Tensor) and t.shape == like.shape else torch.full_like(like, float("nan")))
+        .flatten() for t, like in zip(seen, (x, x, state["running_mean"], state["running_var"]))]))
+    dist.barrier()  # leave together: see rig.join_group
+    dist.destroy_process_group()
+    return {"output": "missing" if y is None else "shape" if not ok else "no grad" if not y.requires_grad else "ok"}
+
+
+# The grader's side ------------------------------------------------------------------------
+
+
+def _kept(r, w: int) -> dict[str, torch.Tensor] | None:
+    flat = next((v for k, v in r.snapshots if k == "output, gradient, running statistics"), None)
+    n = rows(w)[r.rank]
+    shapes = ((n, C, L), (n, C, L), (C,), (C,))
+    sizes = [a * b * c for a, b, c in shapes[:2]] + [C, C]
+    if flat is None or flat.numel() != sum(sizes):
+        return None
+    return {name: t.reshape(s) for name, t, s in zip(PARTS, flat.split(sizes), shapes)}
+
+
+# How a rank may have computed the statistics it normalized with: (mean rule, variance rule).
+# "global" is right; the others are kinds of mistake the grader can follow, so that the checks
+# after the output's judge the rest of the work against what the rank did.
+MEANS = ("global", "local", "mean of means")
+VARIANCES = ("global", "global unbiased", "local", "mean of variances", "pooled")
+
+
+def statistics(xs: list[torch.Tensor], rank: int, rule: tuple[str, str]):
+    """The mean and variance rank `rank` normalizes with under `rule`; differentiable in every x."""
+    values = [_channels(x) for x in xs]
+    whole = torch.cat(values, 1)
+    mean = {"global": lambda: whole.mean(1), "local": lambda: values[rank].mean(1),
+            "mean of means": lambda: torch.stack([v.mean(1) for v in values]).mean(0)}[rule[0]]()
+    var = {"global": lambda: whole.var(1, unbiased=False), "global unbiased": lambda: whole.var(1),
+           "local": lambda: values[rank].var(1, unbiased=False),
+           "mean of variances": lambda: torch.stack([v.var(1, unbiased=False) for v in values]).mean(0),
+           "pooled": lambda: sum(v.var(1, unbiased=False) * v.shape[1] for v in values) / whole.shape[1]}[rule[1]]()
+    return mean, var
+
+
+def run_as(seed: int, w: int, rule: tuple[str, str]) -> dict[str, list[torch.Tensor]]:
+    """Every rank's output and input gradient, in float64, when every rank follows `rule`: for the
+    right rule, global batch norm."""
+    parts = [inputs(seed, w, r) for r in range(w)]
+    xs = [x.double().requires_grad_() for x, _ in parts]
+    p = {k: v.double() for k, v in layer(seed).items()}
+    shape = (1, C, 1)
+    ys = []
+    for r, x in enumerate(xs):
+        mean, var = statistics(xs, r, rule)
+        ys.append((x - mean.view(shape)) / torch.sqrt(var.view(shape) + EPS) * p["weight"].view(shape)
+                  + p["bias"].view(shape))
+    sum((y * g.double()).sum() for y, (_, g) in zip(ys, parts)).backward()
+    return {"output": [y.detach() for y in ys], "input's gradient": [x.grad for x in xs]}
+
+
+def rule_of(seed: int, w: int, rank: int, output: torch.Tensor) -> tuple[str, str] | None:
+    """The rule whose statistics the rank's output was normalized with, or None if no known one."""
+    x, _ = inputs(seed, w, rank)
+    p = layer(seed)
+    used = used_statistics(x, output, p["weight"], p["bias"])
+    if used is None:
+        return None
+    xs = [inputs(seed, w, r)[0].double() for r in range(w)]
+    close = lambda a, b: torch.allclose(a, b, rtol=1e-3, atol=1e-4)  # noqa: E731
+    for m in MEANS:
+        for v in VARIANCES:
+            mean, var = statistics(xs, rank, (m, v))
+            if close(used[0], mean) and close(used[1], var):
+                return m, v
+    return None
+
+
+def _channels(x: torch.Tensor) -> torch.Tensor:
+    """(N, C, L) -> (C, N * L): each channel's values in a row."""
+    return x.transpose(0, 1).reshape(x.shape[1], -1)
+
+
+def used_statistics(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+    """The mean and variance a batch norm output y = (x - mean) / sqrt(var + eps) * weight + bias
+    was computed with, read back channel by channel by fitting y = a x + c; None if y is not affine in x."""
+    xc, yc = _channels(x.double()), _channels(y.double())
+    dx, dy = xc - xc.mean(1, keepdim=True), yc - yc.mean(1, keepdim=True)
+    a = (dx * dy).sum(1) / (dx * dx).sum(1)
+    c = yc.mean(1) - a * xc.mean(1)
+    if not torch.allclose(a[:, None] * xc + c[:, None], yc, rtol=1e-4, atol=1e-4):
+        return None
+    return (bias.double() - c) / a, (weight.double() / a) ** 2 - EPS
+
+
+def _output(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        w = world.world_size
+        want = run_as(seed, w, ("global", "global"))
+        for r in world.ranks:
+            state = r.result.get("output") if isinstance(r.result, dict) else None
+            if state in ("missing", "shape"):
+                return (f"world size {w}: rank {r.rank}'s sync_batch_norm returned "
+                        + ("None" if state == "missing" else "a tensor of another shape") + ", not a tensor shaped like x")
+            kept = _kept(r, w)
+            if kept is None:
+                return f"world size {w}: rank {r.rank}'s output was not recorded"
+            if torch.allclose(kept["output"], want["output"][r.rank], **TOL):
+                continue
+            return (f"world size {w}, batches of {rows(w)} rows: rank {r.rank}'s output "
+                    + _what_it_used(rule_of(seed, w, r.rank, kept["output"]), w))
+
+
+_SAID = {
+    "local": "is normalized with its own batch's statistics: they must be the job's, over every rank's batch",
+    "mean of means": ("is normalized with the mean of the ranks' means; with batches of different sizes that is not "
+                      "the mean of the whole batch: sum the values and the counts over the ranks, then divide"),
+    "mean of variances": ("is normalized with the mean of the ranks' variances, which leaves out how far the ranks' "
+                          "means lie apart: all-reduce the sums of squares too, and take E[x^2] - E[x]^2 over the "
+                          "whole batch"),
+    "global unbiased": "is normalized with the unbiased variance; batch norm normalizes with the biased one (divide by n)",
+}
+_SAID["pooled"] = _SAID["mean of variances"].replace("the mean of the ranks' variances", "the ranks' variances, weighted by their counts")
+
+
+def _what_it_used(rule: tuple[str, str] | None, w: int) -> str:
+    if rule is None:
+        return "is not batch norm with any mean and variance: not (x - mean) / sqrt(var + eps) * weight + bias, per channel"
+    mean, var = rule
+    if mean != "global":
+        return _SAID[mean]
+    return _SAID.get(var, "used another variance than the variance of the whole batch")
+
+
+def _running_statistics(runs):
+    seed = runs.params["seed"]
+    start = layer(seed)
+    for world in runs:
+        w = world.world_size
+        for r in world.ranks:
+            kept = _kept(r, w)
+            if kept is None:
+                return f"world size {w}: rank {r.rank}'s running statistics were not recorded"
+            x, _ = inputs(seed, w, r.rank)
+            used = used_statistics(x, kept["output"], start["weight"], start["bias"])
+            if used is None:
+                continue  # no statistics to follow: the output's check says what is wrong
+            rule = rule_of(seed, w, r.rank, kept["output"])  # normalized with the unbiased variance: charged once
+            problem = _updated_with(kept, used, start, _counts(x, used, w), rule is not None and rule[1] == "global unbiased")
+            if problem:
+                return f"world size {w}: on rank {r.rank}, {problem}"
+
+
+def _counts(x, used, w) -> int:
+    """The values per channel behind the statistics the rank used: its own batch's when it normalized
+    with them (no synchronization, charged by the output's check), else the whole job's."""
+    local = _channels(x.double())
+    if torch.allclose(used[0], local.mean(1), rtol=1e-3, atol=1e-4):
+        return local.shape[1]
+    return sum(rows(w)) * L
+
+
+def _updated_with(kept, used, start, count, already_unbiased: bool) -> str | None:
+    """Whether the running statistics follow the batch statistics the rank normalized with."""
+    mean, var = used
+    close = lambda a, b: torch.allclose(a.double(), b, rtol=1e-3, atol=1e-4)  # noqa: E731
+    old_mean, old_var = start["running_mean"].double(), start["running_var"].double()
+    if close(kept["running mean"], old_mean) and close(kept["running variance"], old_var):
+        return "the running statistics were never updated: every rank updates its own, in place"
+    if not close(kept["running mean"], (1 - MOMENTUM) * old_mean + MOMENTUM * mean):
+        return "the running mean is not (1 - momentum) * old + momentum * the batch mean"
+    unbiased = (1 - MOMENTUM) * old_var + MOMENTUM * var * count / (count - 1)
+    if close(kept["running variance"], unbiased) or close(kept["running variance"], (1 - MOMENTUM) * old_var
+                                                          + MOMENTUM * var) and already_unbiased:
+        return None
+    if close(kept["running variance"], (1 - MOMENTUM) * old_var + MOMENTUM * var):
+        return (f"the running variance was updated with the biased variance; running statistics use the unbiased "
+                f"one, times n / (n - 1), n = {count} values per channel over the whole job")
+    return "the running variance is not (1 - momentum) * old + momentum * the batch's unbiased variance"
+
+
+def _gradient(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        w = world.world_size
+        for r in world.ranks:
+            if isinstance(r.result, dict) and r.result.get("output") == "no grad":
+                return (f"world size {w}: rank {r.rank}'s output does not require grad: no gradient reaches x "
+                        "(no detach, no torch.no_grad around the computation)")
+            kept = _kept(r, w)
+            if kept is None:
+                return f"world size {w}: rank {r.rank}'s gradient was not recorded"
+            # the gradient of the forward this rank computed, right or not: a wrong forward is charged once
+            rule = rule_of(seed, w, r.rank, kept["output"]) or ("global", "global")
+            whole = run_as(seed, w, rule)["input's gradient"][r.rank]
+            got = kept["input's gradient"]
+            if torch.allclose(got, whole, **TOL):
+                continue
+            if torch.isnan(got).all():
+                return f"world size {w}: rank {r.rank}'s input has no gradient"
+            gap = (got - whole).abs().nan_to_num(float("inf")).max().item()
+            return (f"world size {w}: rank {r.rank}'s gradient of x differs from global batch norm's by up to {gap:.3g}"
+                    + (": the other ranks' losses depend on this rank's x through the shared mean and variance, so "
+                       "the backward pass needs an all-reduce too (dist.all_reduce alone is invisible to autograd)"
+                       if w > 1 and rule[0] != "local" else ""))
+
+
+def _one_all_reduce(runs):
+    for world in sorted(runs, key=lambda w: -w.world_size):
+        for r in world.ranks:
+            forward, inside = [], None
+            for e in r.events:
+                if e.get("kind") in ("call", "backward"):
+                    inside = e["kind"] == "call"
+                elif inside and e.get("kind") == "enter" and e.get("call") != "init_process_group":
+                    forward.append(e)
+            other = [e for e in forward if e.get("call") != "all_reduce"]
+            if other:
+                return (f"world size {world.world_size}: rank {r.rank} called {other[0].get('call')} in the forward "
+                        f"pass; one all-reduce carries everything batch norm needs")
+            if len(forward) != 1:
+                return (f"world size {world.world_size}: rank {r.rank} called all_reduce {len(forward)} times in the "
+                        "forward pass; one call on one tensor of the sums, the sums of squares and the count, "
+                        "stacked, does it (each call costs a round trip)")
+
+
+def _work(runs):
+    if not any(e.get("call") == "all_reduce" for w in runs if w.world_size > 1 for r in w.ranks
+               for e in r.of("enter")):
+        return "no rank called all_reduce: the ranks never combined their statistics"
+
+
+EXERCISE = Exercise(
+    id="3.1",
+    title="synchronized batch norm from scratch",
+    kind="function",
+    entry="sync_batch_norm",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    checks=[
+        Check("the output equals batch norm over all the ranks' batches put together", 3, _output,
+              hint="per channel, all-reduce the sum, the sum of squares and the count; "
+                   "mean = sum / count, var = sumsq / count - mean ** 2"),
+        Check("running statistics updated on every rank with the batch mean and unbiased variance", 2,
+              _running_statistics,
+              hint="running = (1 - momentum) * running + momentum * statistic, in place, on every rank; "
+                   "the variance times count / (count - 1)"),
+        Check("the gradient of the input equals global batch norm's", 3, _gradient,
+              hint="an all-reduce that autograd passes through: torch.distributed.nn.functional.all_reduce "
+                   "(its backward all-reduces the gradients, right here where every rank's loss is its own)"),
+        Check("one all-reduce per forward pass, not one per statistic", 2, _one_all_reduce,
+              hint="torch.stack the sums, the sums of squares and the count into one tensor, all-reduce it once"),
+    ],
+)
