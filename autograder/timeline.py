@@ -25,7 +25,7 @@ KINDS = {
 }
 _SENDS, _RECEIVES = ("send", "isend", "batch_isend_irecv"), ("recv", "irecv")
 _SPANS = {"forward": "forward_done", "backward": "backward_done"}  # harness markers: start -> end
-_INSTANTS = {"optimizer_step": "step", "save": "save"}
+_INSTANTS = {"optimizer_step": "step", "save": "save", "ddp_forward": "forward"}  # DDP's forward: when it starts
 WIDTH = 60  # columns of the text picture
 
 
@@ -166,7 +166,7 @@ def _spans(events: list[dict], between) -> list[Span]:
         elif kind in open_marks:
             spans.append(Span(open_marks.pop(kind), t, next(k for k, v in _SPANS.items() if v == kind), kind))
         elif kind in _INSTANTS:
-            spans.append(Span(t, t, _INSTANTS[kind], kind.replace("_", " ")))
+            spans.append(Span(t, t, _INSTANTS[kind], kind.replace("ddp_", "DDP ").replace("_", " ")))
     end = window[-1]["t"] if window else 0
     for begun in open_calls.values():
         if _kind(begun):
