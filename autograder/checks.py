@@ -141,6 +141,18 @@ def each_rank(runs: Runs):
 
 
 
+def first_records(world: WorldRun, kind: str, what: str) -> tuple[dict[int, dict], str | None]:
+    """Each rank's first `kind` event (what a harness recorded of a student's function), by rank,
+    or the message saying on which rank the function `what` raised instead."""
+    held = {}
+    for r in world.ranks:
+        event = r.first(kind) or {}
+        if event.get("error"):
+            return held, f"world size {world.world_size}: on rank {r.rank}, {what} raised {event['error']}"
+        held[r.rank] = event
+    return held, None
+
+
 def params_identical_across_ranks(runs: Runs, atol: float = 1e-6) -> str | None:
     for world in runs:
         base = world.ranks[0].snapshots

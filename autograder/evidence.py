@@ -45,6 +45,18 @@ class RankRecord:
         found = self.of(kind)
         return found[0] if found else None
 
+    def windows(self, start: str, end: str) -> dict[int, list[dict]]:
+        """The events between each harness marker `start` (which carries an index) and the next `end`, by index."""
+        found, current = {}, None
+        for e in self.events:
+            if e.get("kind") == start:
+                current = found.setdefault(e.get("index"), [])
+            elif e.get("kind") == end:
+                current = None
+            elif current is not None:
+                current.append(e)
+        return found
+
     def messages(self, events: list[dict] | None = None) -> list[tuple[str, object, int, str | None]]:
         """("send" or "recv", peer, bytes, caller) for every point-to-point message, single or batched, in order."""
         found = []

@@ -32,3 +32,15 @@ def device_for(layout: Layout, rank: int) -> torch.device:
 def row_index(x: torch.Tensor) -> dict[bytes, int]:
     """Map each row's bytes to its index: the toy data's rows are all distinct."""
     return {row.tobytes(): i for i, row in enumerate(x.numpy())}
+
+
+def raised(exc: BaseException) -> str:
+    """An error the student's code raised, caught by a harness, as one line:
+    "ValueError at exercise cell line 7: the message"."""
+    import traceback
+
+    from autograder.source import STUDENT_MODULE
+
+    lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
+    where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
+    return f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from autograder.checks import Check, every_rank_calls_the_same_collectives
 from autograder.exercises import Exercise
 from autograder.reference import gradients_at, parameter_blocks
-from autograder.rig import join_group
-from autograder.source import STUDENT_MODULE
+from autograder.rig import join_group, raised
 from ddpcourse import make_model, toy_dataset
 
 BATCH, STEPS, LR = 12, 3, 0.2  # a global batch of 12 splits evenly over 1, 2 or 3 ranks
@@ -77,11 +76,7 @@ def _with_a_frozen_parameter(student, model, x, y) -> str | None:
     try:
         student.average_gradients(model)
     except Exception as exc:
-        import traceback
-
-        lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
-        where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
-        return f"raised {type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return f"raised {raised(exc)}"
     if frozen.grad is not None and torch.count_nonzero(frozen.grad):
         return "gave the frozen parameter (net.0.bias) a gradient that is not zero"
     return None

@@ -42,19 +42,6 @@ def harness(student, rank, layout, rec, seed, **_):
     return results
 
 
-def _cases(r) -> dict[int, list[dict]]:
-    """The events of each call of ring_all_reduce, by case."""
-    found, current = {}, None
-    for e in r.events:
-        if e.get("kind") == "case":
-            current = found.setdefault(e["index"], [])
-        elif e.get("kind") == "case_done":
-            current = None
-        elif current is not None:
-            current.append(e)
-    return found
-
-
 def _sum_on_every_rank(runs):
     seed = runs.params["seed"]
     for world in runs:
@@ -99,7 +86,7 @@ def _spans(indices: list[int]) -> str:
 def _no_builtin_collective(runs):
     for world in runs:
         for r in world.ranks:
-            for case, events in sorted(_cases(r).items()):
+            for case, events in sorted(r.windows("case", "case_done").items()):
                 used = [e for e in events if e.get("kind") == "collective" and e.get("caller")]
                 if used:
                     return (f"world size {world.world_size}: rank {r.rank} called dist.{used[0]['op']} at "
@@ -110,7 +97,7 @@ def _ring_traffic(runs):
     for world in sorted(runs, key=lambda w: -w.world_size):  # the largest ring shows the traffic best
         w = world.world_size
         for r in world.ranks:
-            for case, events in sorted(_cases(r).items()):
+            for case, events in sorted(r.windows("case", "case_done").items()):
                 length = lengths(w)[case]
                 if length < w or any(e.get("kind") == "collective" and e.get("caller") for e in events):
                     continue  # empty chunks may be skipped; built-in collectives are charged elsewhere

@@ -15,10 +15,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks import Check, scale_of
+from autograder.checks import Check, first_records, scale_of
 from autograder.exercises import Exercise
-from autograder.rig import join_group
-from autograder.source import STUDENT_MODULE
+from autograder.rig import join_group, raised
 
 WIDTHS = (6, 10, 7, 12, 8, 9, 5, 4)  # 7 layers: no world size of 2 or 3 divides them evenly
 ROWS = 12
@@ -78,11 +77,7 @@ def _stage_held(student, model: nn.Sequential, rank: int, world_size: int) -> di
         params = list(held.parameters()) if isinstance(held, nn.Module) else \
             [p for m in held for p in m.parameters()]
     except Exception as exc:
-        import traceback
-
-        lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
-        where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
-        return {"error": f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+        return {"error": raised(exc)}
     layers = []
     for p in params:  # a copy of a layer is still that layer: match its weight by value
         k = layer_of.get(id(p), next((k for k, wt in enumerate(weights) if p.shape == wt.shape
@@ -136,12 +131,10 @@ def _stages_split_the_model(runs):
     n = len(WIDTHS) - 1
     for world in runs:
         w = world.world_size
-        held = {}
-        for r in world.ranks:
-            event = r.first("stage") or {}
-            if event.get("error"):
-                return f"world size {w}: on rank {r.rank}, stage_of raised {event['error']}"
-            held[r.rank] = [k for k in event.get("layers", []) if isinstance(k, int)]
+        events, problem = first_records(world, "stage", "stage_of")
+        if problem:
+            return problem
+        held = {rank: [k for k in e.get("layers", []) if isinstance(k, int)] for rank, e in events.items()}
         if len(held) < w:
             continue  # a rank that never got this far: told as a crash
         for rank, layers in held.items():
@@ -249,18 +242,6 @@ def _what_the_gradients_are(got, want, micro, rank, w) -> str:
     return f"gradients differ from the unsplit model's by up to {gap:.3g}{cause}"
 
 
-def _cases(r) -> dict[int, list[dict]]:
-    found, current = {}, None
-    for e in r.events:
-        if e.get("kind") == "case":
-            current = found.setdefault(e["index"], [])
-        elif e.get("kind") == "case_done":
-            current = None
-        elif current is not None:
-            current.append(e)
-    return found
-
-
 def expected_messages(rank: int, w: int, micro: int) -> Counter:
     rows = [len(part) for part in torch.arange(ROWS).tensor_split(micro)]
     layers = bounds(w)[rank]
@@ -279,7 +260,7 @@ def _gpipe_schedule(runs):
     for world in sorted(runs, key=lambda w: -w.world_size):
         w = world.world_size
         for r in world.ranks:
-            for case, events in sorted(_cases(r).items()):
+            for case, events in sorted(r.windows("case", "case_done").items()):
                 micro = MICRO_BATCHES[case]
                 problem = _messages_differ(Counter(m[:3] for m in r.messages(events)), expected_messages(r.rank, w, micro), r.rank, micro)
                 if problem:

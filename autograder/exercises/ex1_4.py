@@ -12,10 +12,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from autograder.checks import Check, scale_of
+from autograder.checks import Check, first_records, scale_of
 from autograder.exercises import Exercise
-from autograder.rig import join_group
-from autograder.source import STUDENT_MODULE
+from autograder.rig import join_group, raised
 
 D, HIDDEN, ROWS = 8, 24, 5  # HIDDEN splits evenly over 1 to 4 ranks
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -75,11 +74,7 @@ def _shards_held(student, A, B, rank, world_size) -> dict:
         a, b = student.shard_weights(A.clone(), B.clone(), rank, world_size)
         a, b = torch.as_tensor(a).detach(), torch.as_tensor(b).detach()
     except Exception as exc:
-        import traceback
-
-        lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
-        where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
-        return {"error": f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+        return {"error": raised(exc)}
 
     def which(parts: torch.Tensor, whole: torch.Tensor) -> list[int | None]:
         return [next((k for k in range(whole.shape[0]) if torch.equal(part, whole[k])), None) for part in parts]
@@ -126,12 +121,9 @@ def reference(seed: int, world_size: int) -> dict[str, list[torch.Tensor]]:
 def _shards(runs):
     for world in runs:
         w = world.world_size
-        held = {}
-        for r in world.ranks:
-            event = r.first("shards") or {}
-            if event.get("error"):
-                return f"world size {w}: on rank {r.rank}, shard_weights raised {event['error']}"
-            held[r.rank] = event
+        held, problem = first_records(world, "shards", "shard_weights")
+        if problem:
+            return problem
         if len(held) < w:
             continue  # a rank that never got this far: told as a crash
         for rank, e in held.items():
