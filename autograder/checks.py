@@ -142,11 +142,13 @@ def each_rank(runs: Runs):
 
 
 def first_records(world: WorldRun, kind: str, what: str) -> tuple[dict[int, dict], str | None]:
-    """Each rank's first `kind` event (what a harness recorded of a student's function), by rank,
-    or the message saying on which rank the function `what` raised instead."""
+    """Each rank's first `kind` event (what a harness recorded of a student's function), by rank, for
+    the ranks that got that far; or the message saying on which rank the function `what` raised."""
     held = {}
     for r in world.ranks:
-        event = r.first(kind) or {}
+        event = r.first(kind)
+        if event is None:
+            continue  # the rank never got this far: told as a crash
         if event.get("error"):
             return held, f"world size {world.world_size}: on rank {r.rank}, {what} raised {event['error']}"
         held[r.rank] = event
