@@ -41,7 +41,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright pac
 
 JUPYTER = Path(sys.executable).with_name("jupyter")
 LESSON = "02_ddp_basics.ipynb"
-LESSONS = ("01_parallelism.ipynb", LESSON)
+LESSONS = ("01_parallelism.ipynb", LESSON, "03_syncbn_sharding.ipynb")
 SHOTS = ROOT / "tests" / ".screenshots"
 SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
 
