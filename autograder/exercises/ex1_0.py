@@ -32,7 +32,7 @@ ACCEPTED = {
 def normal(answer) -> str:
     """An answer as it is compared: a number rounded to 2 decimals (3/7, 0.43, 43% alike), or a word."""
     text = str(answer).strip().lower()
-    number = re.fullmatch(r"([-+]?[\d.]+(?:\s*/\s*[\d.]+)?)\s*(%|mb|bytes|b)?", text)
+    number = re.fullmatch(r"([-+]?[\d.]+(?:\s*/\s*[\d.]+)?)\s*(%|gb|mb|bytes|b)?", text)
     if number:
         try:
             value = float(Fraction(number.group(1).replace(" ", "")))
