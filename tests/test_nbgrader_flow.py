@@ -187,31 +187,36 @@ def test_nothing_left_running(course):
     assert processes_in(course) == []
 
 
-LESSON_1 = ROOT / "solutions" / "01_parallelism.ipynb"
-LESSON_1_MISTAKES = {"1.3": "wrong_loss_not_divided", "1.4": "wrong_no_f"}
+# Problem sets graded with partial credit on the exercises a student got wrong, and full marks elsewhere:
+# notebook -> (assignment, {exercise: control handed in for it}, points that control loses)
+PROBLEM_SETS = {
+    "01_parallelism.ipynb": ("ps1", {"1.3": ("wrong_loss_not_divided", 4), "1.4": ("wrong_no_f", 4)}),
+    "03_syncbn_sharding.ipynb": ("ps3", {"3.1": ("wrong_plain_all_reduce", 3)}),
+}
 
 
-@pytest.fixture(scope="module")
-def lesson_1_scores(tmp_path_factory):
-    root = tmp_path_factory.mktemp("course1")
+@pytest.fixture(scope="module", params=sorted(PROBLEM_SETS))
+def problem_set(request, tmp_path_factory):
+    source = ROOT / "solutions" / request.param
+    assignment, mistakes = PROBLEM_SETS[request.param]
+    root = tmp_path_factory.mktemp(assignment)
 
     def class_of(released, solutions, correct):
         wrong = {ex: edits.write(ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}", name, root).read_text()
-                 for ex, name in LESSON_1_MISTAKES.items()}
+                 for ex, (name, _) in mistakes.items()}
         return {"correct": solutions, "mixed": handed_in(released, {**correct, **wrong})}
 
-    graded_class(root, LESSON_1, "ps1", class_of)
-    return check_cell_scores(root, LESSON_1.stem, "ps1", ("correct", "mixed"))
+    graded_class(root, source, assignment, class_of)
+    return source, mistakes, check_cell_scores(root, source.stem, assignment, ("correct", "mixed"))
 
 
-def test_lesson_1_class_gets_partial_credit_where_it_erred(lesson_1_scores):
-    ids = [magic_id(c.source) for c in nbformat.read(LESSON_1, as_version=4).cells
+def test_a_class_gets_partial_credit_where_it_erred(problem_set):
+    source, mistakes, scores = problem_set
+    ids = [magic_id(c.source) for c in nbformat.read(source, as_version=4).cells
            if c.cell_type == "code" and magic_id(c.source)]
-    assert ids == ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"]
+    assert set(scores["correct"]) == set(ids)
     for ex in ids:
         worth = exercises.get(ex).points
-        assert lesson_1_scores["correct"][ex] == (worth, worth)
-        if ex not in LESSON_1_MISTAKES:
-            assert lesson_1_scores["mixed"][ex] == (worth, worth)
-    for ex in LESSON_1_MISTAKES:  # the gradient check of each fails, and only it
-        assert lesson_1_scores["mixed"][ex] == (exercises.get(ex).points - 4, exercises.get(ex).points)
+        assert scores["correct"][ex] == (worth, worth)
+        lost = mistakes[ex][1] if ex in mistakes else 0  # the check that names the mistake, and only it
+        assert scores["mixed"][ex] == (worth - lost, worth)
