@@ -45,6 +45,18 @@ class RankRecord:
         found = self.of(kind)
         return found[0] if found else None
 
+    def kept(self, label: str) -> torch.Tensor | None:
+        """The first vector the harness kept under `label` (Recorder.keep), or None."""
+        return next((v for k, v in self.snapshots if k == label), None)
+
+    def kept_parts(self, label: str, shapes) -> list[torch.Tensor] | None:
+        """The tensors rig.keep_parts kept as one vector, reshaped; None if missing or of another size."""
+        flat = self.kept(label)
+        sizes = [int(np.prod(s)) for s in shapes]
+        if flat is None or flat.numel() != sum(sizes):
+            return None
+        return [t.reshape(s) for t, s in zip(flat.split(sizes), shapes)]
+
     def windows(self, start: str, end: str) -> dict[int, list[dict]]:
         """The events between each harness marker `start` (which carries an index) and the next `end`, by index."""
         found, current = {}, None

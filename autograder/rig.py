@@ -44,3 +44,18 @@ def raised(exc: BaseException) -> str:
     lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
     where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
     return f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def number(value) -> float | None:
+    """What a student's function returned, as a float when it is one number (a one-element tensor too), else None."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def keep_parts(rec, label: str, parts) -> None:
+    """Several tensors, (tensor, like) pairs, kept as one vector (what a rank keeps has one length):
+    each as it is when it has its `like`'s shape, else NaNs of that shape (missing or malformed)."""
+    rec.keep(label, torch.cat([
+        (t.detach() if isinstance(t, torch.Tensor) and t.shape == like.shape else torch.full_like(like, float("nan")))
+        .flatten() for t, like in parts]))

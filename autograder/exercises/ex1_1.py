@@ -82,10 +82,6 @@ def _with_a_frozen_parameter(student, model, x, y) -> str | None:
     return None
 
 
-def _snapshot(r, label: str) -> torch.Tensor | None:
-    return next((v for k, v in r.snapshots if k == label), None)
-
-
 def _whose(values: torch.Tensor, starts: list[torch.Tensor]) -> int | None:
     return next((k for k, s in enumerate(starts) if torch.allclose(values, s, **TOL)), None)
 
@@ -111,7 +107,7 @@ def _same_weights_as_rank_0(runs):
     for world in runs:
         starts = [_initial(runs, rank) for rank in range(world.world_size)]
         for r in world.ranks:
-            got = _snapshot(r, "after broadcast_parameters")
+            got = r.kept("after broadcast_parameters")
             if got is None:
                 return f"world size {world.world_size}: rank {r.rank}'s parameters were not recorded"
             if torch.allclose(got, starts[0], **TOL):
@@ -138,8 +134,8 @@ def _gradients_averaged(runs):
         w = world.world_size
         for step in range(STEPS):
             before = "after broadcast_parameters" if step == 0 else f"parameters after step {step - 1}"
-            held = [_snapshot(r, before) for r in world.ranks]
-            got = [_snapshot(r, f"gradients at step {step}") for r in world.ranks]
+            held = [r.kept(before) for r in world.ranks]
+            got = [r.kept(f"gradients at step {step}") for r in world.ranks]
             if any(v is None for v in held + got):
                 return f"world size {w}: the gradients of step {step} were not recorded on every rank"
             local = [gradients_at(make_model(0), held[r], *shard(seed, step, w, r)) for r in range(w)]

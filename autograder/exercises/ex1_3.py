@@ -17,7 +17,7 @@ from torch import nn
 
 from autograder.checks import Check, first_records, scale_of
 from autograder.exercises import Exercise
-from autograder.rig import join_group, raised
+from autograder.rig import join_group, number, raised
 
 WIDTHS = (6, 10, 7, 12, 8, 9, 5, 4)  # 7 layers: no world size of 2 or 3 divides them evenly
 ROWS = 12
@@ -62,7 +62,7 @@ def harness(student, rank, layout, rec, seed, **_):
         rec.event("case_done", index=case)
         rec.keep(f"gradients, step {case}", torch.cat([
             (p.grad if p.grad is not None else torch.full_like(p, float("nan"))).flatten() for p in stage.parameters()]))
-        losses.append(_number(loss))
+        losses.append(number(loss))
     dist.barrier()  # leave together: see rig.join_group
     dist.destroy_process_group()
     return {"losses": losses}
@@ -103,12 +103,6 @@ def _watch(stage: nn.Sequential, rec):
     stage[0].register_forward_pre_hook(forward_starts)
     stage[-1].register_forward_hook(forward_ends)
     stage[0].weight.register_post_accumulate_grad_hook(lambda p: rec.event("backward_done"))
-
-
-def _number(value) -> float | None:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.detach())
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 # The grader's side ------------------------------------------------------------------------
@@ -211,7 +205,7 @@ def _gradients_of_every_stage(runs):
             label = f"world size {w}, {micro} micro-batches"
             for r in reversed(world.ranks):  # the first wrong stage, counting from the loss
                 want = torch.cat([grads[k] for k in bounds(w)[r.rank]]).double()
-                got = next((v for k, v in r.snapshots if k == f"gradients, step {case}"), None)
+                got = r.kept(f"gradients, step {case}")
                 if got is None:
                     return f"{label}: rank {r.rank}'s gradients were not recorded"
                 if got.shape == want.shape and torch.allclose(got, want, **TOL):

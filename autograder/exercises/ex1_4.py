@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from autograder.checks import Check, first_records, scale_of
 from autograder.exercises import Exercise
-from autograder.rig import join_group, raised
+from autograder.rig import join_group, keep_parts, raised
 
 D, HIDDEN, ROWS = 8, 24, 5  # HIDDEN splits evenly over 1 to 4 ranks
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -52,10 +52,7 @@ def harness(student, rank, layout, rec, seed, **_):
     if ok and y.requires_grad:
         (y * weighting).sum().backward()
     rec.event("backward_done")
-    seen = (y if ok else None, x.grad, a.grad, b.grad)
-    rec.keep("output and gradients", torch.cat([  # one vector: what a rank keeps must have one length
-        (t.detach() if isinstance(t, torch.Tensor) and t.shape == like.shape else torch.full_like(like, float("nan")))
-        .flatten() for t, like in zip(seen, (weighting, x, a, b))]))
+    keep_parts(rec, "output and gradients", zip((y if ok else None, x.grad, a.grad, b.grad), (weighting, x, a, b)))
     dist.barrier()  # leave together: see rig.join_group
     dist.destroy_process_group()
     return {"output": "missing" if y is None else "shape" if not ok else "no grad" if not y.requires_grad else "ok",
@@ -172,12 +169,8 @@ def _short(indices: list[int]) -> str:
 
 def _kept(r, name: str, w: int) -> torch.Tensor | None:
     """One of TERMS, shaped, as the rank recorded it, or None."""
-    flat = next((v for k, v in r.snapshots if k == "output and gradients"), None)
-    shapes = ((ROWS, D), (ROWS, D), (D, HIDDEN // w), (HIDDEN // w, D))
-    sizes = [a * b for a, b in shapes]
-    if flat is None or flat.numel() != sum(sizes):
-        return None
-    return dict(zip(TERMS, (t.reshape(s) for t, s in zip(flat.split(sizes), shapes))))[name]
+    parts = r.kept_parts("output and gradients", ((ROWS, D), (ROWS, D), (D, HIDDEN // w), (HIDDEN // w, D)))
+    return None if parts is None else dict(zip(TERMS, parts))[name]
 
 
 def _output(runs):
@@ -249,16 +242,8 @@ def _what_it_is(got, whole, want, rank, w, name) -> str:
 
 def _phases(r) -> dict[str, list[dict]]:
     """The communication calls made in the forward pass and in the backward pass."""
-    found, current = {"forward": [], "backward": []}, None
-    for e in r.events:
-        kind = e.get("kind")
-        if kind in ("forward", "backward"):
-            current = kind
-        elif kind == "backward_done":
-            current = None
-        elif current and kind == "enter" and e.get("call") not in ("init_process_group",):
-            found[current].append(e)
-    return found
+    return {phase: [e for e in r.windows(phase, end).get(None, []) if e.get("kind") == "enter"]
+            for phase, end in (("forward", "backward"), ("backward", "backward_done"))}
 
 
 def _communication(runs):

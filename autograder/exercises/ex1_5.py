@@ -15,6 +15,7 @@ import torch
 
 from autograder.checks import Check
 from autograder.exercises import Exercise
+from autograder.rig import number
 
 FLOAT = 4  # bytes of a float32
 SCHEMES = ("data", "pipeline", "tensor")
@@ -39,18 +40,12 @@ def harness(student, rank, layout, rec, **_):
     for scheme, blocks, d, h, w, rows in cases():
         try:
             got = student.per_rank_costs(scheme, blocks, d, h, w, rows)
-            results.append({q: _number(got.get(q)) if isinstance(got, dict) else None for q in QUANTITIES})
+            results.append({q: number(got.get(q)) if isinstance(got, dict) else None for q in QUANTITIES})
         except NotImplementedError:
             raise  # the exercise cell as released: said as such
         except Exception as exc:
             results.append({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
     return results
-
-
-def _number(value) -> float | None:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 # The grader's count ---------------------------------------------------------------------------

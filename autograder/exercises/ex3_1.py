@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from autograder.checks import Check
 from autograder.exercises import Exercise
-from autograder.rig import join_group
+from autograder.rig import join_group, keep_parts
 
 C, L = 4, 3  # channels, and positions per sample: x is (N, C, L)
 BATCHES = {1: [5], 2: [3, 6], 3: [5, 1, 8]}  # rows per rank; a rank with a single sample at W = 3
@@ -58,10 +58,9 @@ def harness(student, rank, layout, rec, seed, **_):
     if ok and y.requires_grad:
         (y * weighting).sum().backward()  # each rank's loss is its own part of the job's total
     rec.event("done")
-    seen = (y if ok else None, x.grad, state["running_mean"], state["running_var"])
-    rec.keep("output, gradient, running statistics", torch.cat([
-        (t.detach() if isinstance(t, torch.Tensor) and t.shape == like.shape else torch.full_like(like, float("nan")))
-        .flatten() for t, like in zip(seen, (x, x, state["running_mean"], state["running_var"]))]))
+    keep_parts(rec, "output, gradient, running statistics",
+               zip((y if ok else None, x.grad, state["running_mean"], state["running_var"]),
+                   (x, x, state["running_mean"], state["running_var"])))
     dist.barrier()  # leave together: see rig.join_group
     dist.destroy_process_group()
     return {"output": "missing" if y is None else "shape" if not ok else "no grad" if not y.requires_grad else "ok"}
@@ -71,13 +70,9 @@ def harness(student, rank, layout, rec, seed, **_):
 
 
 def _kept(r, w: int) -> dict[str, torch.Tensor] | None:
-    flat = next((v for k, v in r.snapshots if k == "output, gradient, running statistics"), None)
     n = rows(w)[r.rank]
-    shapes = ((n, C, L), (n, C, L), (C,), (C,))
-    sizes = [a * b * c for a, b, c in shapes[:2]] + [C, C]
-    if flat is None or flat.numel() != sum(sizes):
-        return None
-    return {name: t.reshape(s) for name, t, s in zip(PARTS, flat.split(sizes), shapes)}
+    parts = r.kept_parts("output, gradient, running statistics", ((n, C, L), (n, C, L), (C,), (C,)))
+    return None if parts is None else dict(zip(PARTS, parts))
 
 
 # How a rank may have computed the statistics it normalized with: (mean rule, variance rule).
@@ -166,7 +161,7 @@ def _output(runs):
             if torch.allclose(kept["output"], want["output"][r.rank], **TOL):
                 continue
             return (f"world size {w}, batches of {rows(w)} rows: rank {r.rank}'s output "
-                    + _what_it_used(rule_of(seed, w, r.rank, kept["output"]), w))
+                    + _what_it_used(rule_of(seed, w, r.rank, kept["output"])))
 
 
 _SAID = {
@@ -181,7 +176,7 @@ _SAID = {
 _SAID["pooled"] = _SAID["mean of variances"].replace("the mean of the ranks' variances", "the ranks' variances, weighted by their counts")
 
 
-def _what_it_used(rule: tuple[str, str] | None, w: int) -> str:
+def _what_it_used(rule: tuple[str, str] | None) -> str:
     if rule is None:
         return "is not batch norm with any mean and variance: not (x - mean) / sqrt(var + eps) * weight + bias, per channel"
     mean, var = rule
@@ -266,12 +261,7 @@ def _gradient(runs):
 def _one_all_reduce(runs):
     for world in sorted(runs, key=lambda w: -w.world_size):
         for r in world.ranks:
-            forward, inside = [], None
-            for e in r.events:
-                if e.get("kind") in ("call", "backward"):
-                    inside = e["kind"] == "call"
-                elif inside and e.get("kind") == "enter" and e.get("call") != "init_process_group":
-                    forward.append(e)
+            forward = [e for e in r.windows("call", "backward").get(None, []) if e.get("kind") == "enter"]
             other = [e for e in forward if e.get("call") != "all_reduce"]
             if other:
                 return (f"world size {world.world_size}: rank {r.rank} called {other[0].get('call')} in the forward "
