@@ -75,9 +75,24 @@ def _body(world: WorldRun, student: Path) -> str:
     return ""
 
 
+# Errors whose message does not say what to do, with what to do.
+_EXPLAINED = {
+    "SyncBatchNorm": ("PyTorch's nn.SyncBatchNorm trains only on GPUs (DDP refuses it in a CPU model, and its forward "
+                      "pass refuses CPU tensors). On CPUs use the course's ddpcourse.convert_sync_batchnorm(model): "
+                      "PyTorch's class on GPUs, the course's CPU stand-in elsewhere."),
+}
+
+
+def _explained(culprit: RankRecord) -> str:
+    line = culprit.exception_line()
+    if "SyncBatchNorm" in line and ("GPU" in line or "gpu" in line):
+        return _EXPLAINED["SyncBatchNorm"] + "\n"
+    return ""
+
+
 def _body_of_crash(culprit: RankRecord, student: Path) -> str:
     if culprit.error:
-        return tidy_traceback(culprit.error, student)
+        return _explained(culprit) + tidy_traceback(culprit.error, student)
     stack = tidy_stack(culprit.output, student)  # faulthandler prints a fatal signal's stack to stderr
     if culprit.exitcode is not None and culprit.exitcode < 0 and stack:
         return f"Where it was:\n{stack}"

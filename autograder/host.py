@@ -190,7 +190,7 @@ def make_target(spec: dict):
     if spec["kind"] == "script":
         return rank.script_target(student)
     exercise = exercises.get(spec["exercise"])
-    return rank.function_target(student, exercise.harness, spec.get("params", {}))
+    return rank.function_target(student, exercise.harness, spec.get("params", {}), exercise.hidden)
 
 
 def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: dict):
@@ -247,7 +247,10 @@ def _limit(limits: dict, backend: str):
 
 
 def export(path: str, out: Path) -> dict:
-    """A checkpoint as plain data: ``out``.npz holds its tensors; the answer says what it held."""
+    """A checkpoint as plain data: ``out``.npz holds its floating-point tensors; the answer says what
+    it held. A nested checkpoint ({"model": ..., "optimizer": {"state": {0: ...}}}) is flattened to
+    dotted names ("optimizer.state.0.exp_avg"); its other leaves (numbers, strings, lists of them)
+    come back as ``values``."""
     import numpy as np
     import torch
 
@@ -259,15 +262,37 @@ def export(path: str, out: Path) -> dict:
         return {"error": f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
     if not isinstance(state, dict):
         return {"type": type(state).__name__}
-    arrays = {}
-    keys = []
-    for key, value in state.items():
-        keys.append(str(key))
-        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
-            arrays[f"a{len(arrays)}"] = value.detach().double().numpy()
-    names = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point]
-    np.savez(out, **arrays)
-    return {"type": "dict", "keys": keys[:1000], "tensors": [str(k) for k in names][:1000]}
+    tensors, values = {}, {}
+    _flatten(state, "", tensors, values)
+    names = list(tensors)[:_EXPORT_LIMIT]
+    np.savez(out, **{f"a{i}": tensors[n].detach().double().numpy() for i, n in enumerate(names)})
+    return {"type": "dict", "keys": [str(k) for k in state][:1000], "tensors": names,
+            "values": dict(list(values.items())[:_EXPORT_LIMIT])}
+
+
+_EXPORT_LIMIT = 1000  # names of one checkpoint exported
+
+
+def _flatten(value, prefix: str, tensors: dict, values: dict):
+    import torch
+
+    if len(tensors) + len(values) >= _EXPORT_LIMIT:
+        return
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point:
+            tensors[prefix] = value
+        return
+    if isinstance(value, dict) and prefix.count(".") < 8:
+        for key, item in list(value.items())[:_EXPORT_LIMIT]:
+            _flatten(item, f"{prefix}.{key}" if prefix else str(key), tensors, values)
+        return
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple, torch.Tensor)) for v in value):
+        for k, item in enumerate(value[:_EXPORT_LIMIT]):
+            _flatten(item, f"{prefix}.{k}", tensors, values)
+        return
+    from autograder.trace import plain
+
+    values[prefix] = plain(value)
 
 
 def _descendants(root: int) -> list[int]:

@@ -20,12 +20,14 @@ def load_module(path: Path, name: str = "student"):
     return module
 
 
-def function_target(student: Path, harness: Callable, params: dict):
+def function_target(student: Path, harness: Callable, params: dict, hidden: tuple[str, ...] = ()):
     """A launch target that imports the student's module and hands it to the exercise's harness."""
 
     def target(rank: int, layout: Layout):
         rec = trace.Recorder(Path.cwd(), rank)
         trace.install(rec)
+        for name in hidden:
+            _hide(name)
         sys.argv = [str(student)]  # as if the cell were run on its own: argparse sees no grader flags
         try:
             module = load_module(student)
@@ -37,6 +39,14 @@ def function_target(student: Path, harness: Callable, params: dict):
             rec.save()
 
     return target
+
+
+def _hide(name: str):
+    """Make `import name` fail in this rank, even where the grader imported it before forking."""
+    sys.modules[name] = None
+    parent, _, child = name.rpartition(".")
+    if parent in sys.modules and hasattr(sys.modules[parent], child):
+        delattr(sys.modules[parent], child)
 
 
 def script_target(student: Path):

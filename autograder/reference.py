@@ -34,6 +34,35 @@ class SGD:
                 p.add_(p.grad, alpha=-self.lr)
 
 
+class Adam:
+    """The update torch.optim.Adam makes with its defaults (no weight decay, no amsgrad), in float64.
+
+    Its state is what Adam's state_dict holds per parameter: step, exp_avg, exp_avg_sq.
+    """
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps = list(params), lr, betas, eps
+        self.state = [{"step": 0, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+                      for p in self.params]
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        beta1, beta2 = self.betas
+        for p, s in zip(self.params, self.state):
+            if p.grad is None:
+                continue
+            s["step"] += 1
+            s["exp_avg"].mul_(beta1).add_(p.grad, alpha=1 - beta1)
+            s["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            correction1, correction2 = 1 - beta1 ** s["step"], 1 - beta2 ** s["step"]
+            denominator = (s["exp_avg_sq"].sqrt() / correction2 ** 0.5).add_(self.eps)
+            p.addcdiv_(s["exp_avg"], denominator, value=-self.lr / correction1)
+
+
 def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().double().flatten() for p in model.parameters()])
 
@@ -62,17 +91,28 @@ def training_on_shares(dataset: TensorDataset, shares: list[list[list[int]]], ba
     Step k of an epoch uses every rank's k-th batch of ``batch_size``; the ranks' losses are averaged,
     as DDP averages their gradients.
     """
-    model = make_model(model_seed)
+    return flat(trained_on_shares(lambda: make_model(model_seed), dataset, shares, batch_size, lr))
+
+
+def trained_on_shares(make, dataset: TensorDataset, shares: list[list[list[int]]], batch_size: int, lr: float,
+                      together: bool = False) -> torch.nn.Module:
+    """The model ``make()`` trained as ``training_on_shares`` trains; with ``together``, each step's
+    forward pass sees the whole global batch at once, as synchronized batch norm sees it."""
+    model = make()
     optimizer = SGD(model.parameters(), lr=lr)
     x, y = dataset.tensors
     for epoch in shares:
         for start in range(0, max(map(len, epoch)), batch_size):
             batches = [share[start:start + batch_size] for share in epoch]
             optimizer.zero_grad()
-            loss = sum(F.cross_entropy(model(x[b]), y[b]) for b in batches if b) / len(epoch)
+            if together:
+                out = model(x[[i for b in batches for i in b]]).split([len(b) for b in batches])
+                loss = sum(F.cross_entropy(o, y[b]) for o, b in zip(out, batches) if b) / len(epoch)
+            else:
+                loss = sum(F.cross_entropy(model(x[b]), y[b]) for b in batches if b) / len(epoch)
             loss.backward()
             optimizer.step()
-    return flat(model)
+    return model
 
 
 def accumulated_training(make, micro_batches: list[list[tuple]], windows: list[list[dict]],

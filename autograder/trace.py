@@ -50,6 +50,7 @@ POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 _ENGINE_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
 _torch_save = torch.save  # the grader's own files must not show up as the student's saves
 _TEXT_LIMIT = 2000  # characters of any one string recorded
+_BUFFER_LIMIT = 4096  # numbers of one buffer recorded
 
 
 class Recorder:
@@ -106,6 +107,17 @@ class Recorder:
                 flat = torch.cat([p.detach().double().cpu().flatten() for p in params])
             self.snapshots.append((label, flat))
             self.event("snapshot", label=label, index=len(self.snapshots) - 1)
+
+    def buffers(self):
+        """The DDP model's floating-point buffers (batch norm's running statistics), as numbers, and
+        its batch norm layers as they are now."""
+        models = [m for m in (ref() for ref in self._ddp) if m is not None]
+        if not models:
+            return
+        with torch.no_grad():
+            held = {name: b.detach().double().cpu().flatten()[:_BUFFER_LIMIT].tolist()
+                    for name, b in list(models[-1].module.named_buffers())[:100] if b.dtype.is_floating_point}
+        self.event("buffers", values=held, norms=_norm_layers(models[-1].module))
 
     def keep(self, label: str, values: torch.Tensor):
         """A flat vector the exercise's harness saves beside the parameter snapshots (same length)."""
@@ -261,6 +273,7 @@ def _wrap_process_group(rec: Recorder):
         def wrapper(group=None):
             if group is None:
                 rec.snapshot("destroy_process_group")
+                rec.buffers()
                 rec.event("destroy_process_group", caller=caller())
             # Let gloo's worker threads finish releasing completed work first: they need the GIL
             # for that, and a DDP model freed after the group is gone joins them while holding it.
@@ -375,6 +388,7 @@ def _wrap_ddp(rec: Recorder):
             rec.event(
                 "ddp",
                 module=type(module).__name__,
+                norms=_norm_layers(module),
                 device_ids=[str(d) for d in device_ids] if device_ids else None,
                 param_device=str(next(module.parameters()).device),
                 caller=caller(),
@@ -392,6 +406,15 @@ def _wrap_ddp(rec: Recorder):
 
     _patch(rec, DistributedDataParallel, "__init__", init)
     _patch(rec, DistributedDataParallel, "forward", forward)
+
+
+def _norm_layers(module) -> list[dict]:
+    """The batch norm layers of a model: their names, classes, and whether they are synchronized."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    stand_in = getattr(sys.modules.get("ddpcourse.syncbn"), "CpuSyncBatchNorm", ())
+    return [{"name": name, "type": type(m).__name__, "synchronized": isinstance(m, (torch.nn.SyncBatchNorm, stand_in))}
+            for name, m in list(module.named_modules())[:1000] if isinstance(m, (_BatchNorm, torch.nn.SyncBatchNorm))]
 
 
 def _wrap_sampler(rec: Recorder):
@@ -444,6 +467,8 @@ def _wrap_dataloader(rec: Recorder):
 def _wrap_save(rec: Recorder):
     def save(original):
         def wrapper(obj, f, *args, **kwargs):
+            if getattr(_calling, "active", False):  # a collective serializing objects, not a checkpoint
+                return original(obj, f, *args, **kwargs)
             keys = [str(k) for k in obj.keys()] if isinstance(obj, dict) else None
             path = os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else None
             rec.event("save", path=path, keys=keys, type=type(obj).__name__, caller=caller())
@@ -456,8 +481,44 @@ def _wrap_save(rec: Recorder):
 def _wrap_optimizer(rec: Recorder):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    def after_step(optimizer, args, kwargs):
-        rec.snapshot("optimizer step", optimizer)
-        rec.event("optimizer_step")
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+    depth = threading.local()  # an optimizer that steps others (ZeroRedundancyOptimizer): one step, not two
+
+    def before_step(optimizer, args, kwargs):
+        depth.n = getattr(depth, "n", 0) + 1
+
+    def after_step(optimizer, args, kwargs):
+        depth.n = max(getattr(depth, "n", 1) - 1, 0)
+        if depth.n == 0:
+            rec.snapshot("optimizer step", optimizer)
+            rec.event("optimizer_step", optimizer=type(optimizer).__name__)
+
+    register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
+    _wrap_consolidate(rec)
+
+
+def _wrap_consolidate(rec: Recorder):
+    """ZeroRedundancyOptimizer.consolidate_state_dict: a collective (every rank sends its shard).
+
+    Importing torch.distributed.optim takes about a second, so it is wrapped only where it was
+    imported before the rank started: the exercises that use it list it in ``warm_imports``.
+    """
+    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    if module is None:
+        return
+    ZeroRedundancyOptimizer = module.ZeroRedundancyOptimizer
+
+    def make(original):
+        def wrapper(self, to: int = 0):
+            where = caller()
+            rec.event("collective", op="consolidate_state_dict", reduce_op=None, caller=where, done=False, root=to)
+            n = rec.enter("consolidate_state_dict", caller=where, root=to)
+            out = original(self, to)
+            rec.leave("consolidate_state_dict", n)
+            rec.event("collective_done", op="consolidate_state_dict", caller=where)
+            return out
+        return wrapper
+
+    _patch(rec, ZeroRedundancyOptimizer, "consolidate_state_dict", _outermost(make))

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {ex: ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}" / name for ex, name in {
     "1.1": "correct_loops.py", "1.2": "correct_async.py", "1.3": "correct_blocking.py",
     "1.4": "correct_functions.py", "1.5": "correct_counted.py", "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
-    "2.4": "correct_strided.py", "2.5": "correct_contextlib.py"}.items()}
+    "2.4": "correct_strided.py", "2.5": "correct_contextlib.py", "3.1": "correct_differentiable.py",
+    "3.2": "correct_convert.py", "3.3": "correct_consolidate.py"}.items()}
 
 
 def timed(command: list[str], **kwargs) -> float:
@@ -76,7 +77,7 @@ def main():
 
     print("\nOne exercise at world sizes 1, 2, 3, correct solution, command line (fresh interpreter)")
     print("  paired: each run in the sandbox is followed by one without it")
-    overheads = []
+    overheads, by_lesson = [], {}
     for ex, path in SOLUTIONS.items():
         runs = {"on": [], "off": []}
         for _ in range(repeat):
@@ -85,16 +86,19 @@ def main():
                 runs[mode].append(timed([py, "-m", "autograder", "grade", ex, str(path), "--quiet"], env=env))
         on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
         overheads.append(on / off)
+        by_lesson.setdefault(ex.split(".")[0], []).append(on)
         row(f"{ex} in the sandbox", on, floor)
         row(f"{ex} without it (--sandbox off)", off, floor)
     print(f"  sandbox cost, median over the exercises: {100 * (statistics.median(overheads) - 1):+.0f}%")
+    for lesson, times in by_lesson.items():
+        row(f"lesson {lesson}: median over its exercises, in the sandbox", statistics.median(times), floor)
 
     print("\nThe notebook's check cell (one warm grader per kernel)")
     from autograder.server import WarmGrader
 
     grader = WarmGrader()
     try:
-        for ex in ("2.4", "2.3", "1.2"):
+        for ex in ("2.4", "2.3", "1.2", "3.3"):
             request = {"exercise": ex, "path": str(SOLUTIONS[ex]), "seed": 0}
             for attempt in ("first check of the kernel" if ex == "2.4" else f"first check of {ex}", "a later check"):
                 start = time.perf_counter()

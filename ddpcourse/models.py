@@ -20,3 +20,42 @@ def make_model(seed: int = 0) -> TinyNet:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return TinyNet()
+
+
+class BNNet(nn.Module):
+    """TinyNet with a batch norm after each hidden layer: its training depends on the batch it sees."""
+
+    def __init__(self, hidden: int = 16):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                                 nn.Linear(hidden, CLASSES))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def make_bn_model(seed: int = 0) -> BNNet:
+    """A BNNet whose initial weights depend only on `seed`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return BNNet()
+
+
+class MLP(nn.Module):
+    """Three linear layers of unequal sizes: enough tensors to shard, unevenly."""
+
+    def __init__(self, hidden: int = 32):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, CLASSES))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def make_mlp(seed: int = 0) -> MLP:
+    """An MLP whose initial weights depend only on `seed`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MLP()

@@ -24,7 +24,9 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.3": "the script runs to the end on every rank",
         "2.4": "the code runs to the end on every rank at every world size",
         "2.6": "the script runs to the end on every rank",
-        "3.1": "the code runs to the end on every rank at every world size"}
+        "3.1": "the code runs to the end on every rank at every world size",
+        "3.2": "the script runs to the end on every rank",
+        "3.3": "the code runs to the end on every rank at every world size"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -51,6 +53,12 @@ BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 
         "wrong_no_destroy": "process group destroyed at the end"}
 BN_OUTPUT = "the output equals batch norm over all the ranks' batches put together"
 BN_RUNNING = "running statistics updated on every rank with the batch mean and unbiased variance"
+SYNCED = "every batch norm layer is synchronized when DDP wraps the model"
+BN_GLOBAL = ("parameters equal one process trained on the whole global batches",
+             "running statistics on every rank equal one process's on the whole global batches")
+CONSOLIDATED = "consolidate_state_dict on every rank, then rank 0 alone saves"
+ZERO_MODEL = "the checkpoint's model is the trained model and loads into a plain MLP"
+ZERO_OPTIMIZER = "the checkpoint's optimizer state loads into a plain Adam and continues the run exactly"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -99,6 +107,20 @@ CAUGHT_BY = {
     ("3.1", "wrong_running_statistics_on_rank0_only"): {BN_RUNNING},
     ("3.1", "wrong_plain_all_reduce"): {"the gradient of the input equals global batch norm's"},
     ("3.1", "wrong_one_all_reduce_per_statistic"): {"one all-reduce per forward pass, not one per statistic"},
+    ("3.2", "wrong_converts_after_wrapping"): {SYNCED},
+    ("3.2", "wrong_first_layer_only"): {SYNCED, *BN_GLOBAL},  # one layer unsynchronized: training differs
+    ("3.2", "wrong_pytorch_class_on_cpu"): {RUNS["3.2"]},
+    ("3.2", "wrong_every_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
+    ("3.2", "wrong_saves_before_training"): {
+        "the checkpoint loads strictly into a plain BNNet and holds the trained weights and running statistics"},
+    ("3.3", "wrong_plain_adam"): {"Adam's state is sharded: each parameter's moments on exactly one rank"},
+    ("3.3", "wrong_default_learning_rate"): {"every step equals plain Adam on one process over the global batch"},
+    ("3.3", "wrong_consolidates_on_rank0_only"): {RUNS["3.3"]},
+    # the save raises on rank 0, which then has no checkpoint to load
+    ("3.3", "wrong_saves_without_consolidating"): {CONSOLIDATED, ZERO_MODEL, ZERO_OPTIMIZER},
+    ("3.3", "wrong_saves_local_shard"): {ZERO_OPTIMIZER},
+    ("3.3", "wrong_every_rank_saves"): {CONSOLIDATED},
+    ("3.3", "wrong_saves_wrapper"): {ZERO_MODEL},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
@@ -359,3 +381,36 @@ def test_the_script_2_6_hands_out_fails_the_checks_of_all_its_bugs_at_once():
     assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
     report = graded("2.6", "given_buggy")
     assert {c.name for c in report.checks if c.status == "failed"} == set(BUGS.values()), report.to_text()
+
+
+def test_the_script_3_2_hands_out_scores_nothing_and_says_why():
+    given = folder("3.2") / "given_unsynchronized.py"
+    task = next(c for c in nbformat.read(ROOT / "solutions" / "03_syncbn_sharding.ipynb", as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "task_3_2")
+    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
+    report = graded("3.2", "given_unsynchronized")
+    assert report.score == 0
+    assert report.problem.startswith("Nothing to grade: no batch norm layer was ever synchronized"), report.problem
+
+
+def test_pytorchs_sync_batch_norm_on_cpu_is_explained_with_what_to_use_instead():
+    report = graded("3.2", "wrong_pytorch_class_on_cpu")
+    assert "ValueError: SyncBatchNorm layers only work with GPU modules" in report.problem
+    assert "use the course's ddpcourse.convert_sync_batchnorm(model)" in report.problem
+
+
+def test_consolidating_on_rank_0_only_is_reported_as_a_hang_in_seconds():
+    report = graded("3.3", "wrong_consolidates_on_rank0_only")
+    assert re.search(r"deadlock: rank 0 in consolidate_state_dict #1 with root 0 \(exercise cell line \d+, in "
+                     r"save_checkpoint\), rank 1 in barrier", report.problem), report.problem
+    assert report.elapsed < 15
+
+
+def test_the_course_sync_batch_norm_cannot_be_imported_while_3_1_is_graded(tmp_path):
+    borrowed = tmp_path / "borrowed.py"
+    borrowed.write_text("from ddpcourse import CpuSyncBatchNorm\n\n\n"
+                        "def sync_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps):\n"
+                        "    raise AssertionError('unreachable')\n")
+    report = engine.grade("3.1", borrowed, host=_host["warm"])
+    assert report.score == 0
+    assert "ModuleNotFoundError" in report.problem or "ImportError" in report.problem, report.problem

@@ -36,6 +36,7 @@ class Exercise:
     # Imported by the grader before ranks fork, so each rank need not import them again.
     # DDP's constructor imports torch._dynamo (about 2 s): every exercise that builds DDP lists it.
     warm_imports: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()  # modules the ranks cannot import: the course's own answer to the exercise
     # The part of the run the report draws, rank by rank: a pair of harness markers (the last
     # window between them), or None for the whole run after the ranks joined.
     timeline_between: tuple[str, str] | None = None
@@ -57,7 +58,7 @@ class Exercise:
                 for c in self.checks]
 
 
-MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1"}
+MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3"}
 
 
 def ids() -> list[str]:

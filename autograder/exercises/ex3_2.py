@@ -1,0 +1,187 @@
+"""Exercise 3.2: a DDP training script whose model has batch norm, made synchronized.
+
+The script handed out trains BNNet under DDP, each rank normalizing with its own batch of 4. The
+student converts the batch norm layers before wrapping, so that a step equals one process's step
+on the global batch, running statistics included. On CPUs the layers are the course's stand-in
+(``ddpcourse.syncbn``), on GPUs PyTorch's ``nn.SyncBatchNorm`` on nccl.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from autograder.checks import Check, each_rank, params_identical_across_ranks, runs_to_the_end
+from autograder.exercises import Exercise
+from autograder.exercises.ex2_3 import _checkpoint, _destroyed, _one_writer
+from autograder.reference import flat, trained_on_shares
+from ddpcourse import BNNet, make_bn_model, toy_dataset
+
+N, EPOCHS, BATCH, LR = 96, 2, 4, 0.1
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _norms(r, when: str) -> list[dict] | None:
+    """The batch norm layers of the model DDP wrapped, as they were when it wrapped it ("ddp") or
+    when the process group was destroyed ("buffers"); None if the rank never got there."""
+    event = r.first(when)
+    return None if event is None else event.get("norms", [])
+
+
+def _work(runs):
+    if not any(r.of("ddp") for w in runs for r in w.ranks):
+        return "no rank wrapped a model in DistributedDataParallel"
+    synced = [n for _, r in each_rank(runs) for e in (r.first("ddp"), r.first("buffers")) if e
+              for n in e.get("norms", []) if n.get("synchronized")]
+    if not synced:
+        return ("no batch norm layer was ever synchronized: this is the script as given, each rank normalizing "
+                "with its own batch's statistics")
+
+
+def _synchronized_when_wrapped(runs):
+    for world, r in each_rank(runs):
+        wrapped, final = _norms(r, "ddp"), _norms(r, "buffers")
+        if wrapped is None:
+            return f"world size {world.world_size}: rank {r.rank} never wrapped its model in DDP"
+        if not wrapped:
+            return (f"world size {world.world_size}: the model DDP wrapped on rank {r.rank} has no batch norm "
+                    "layers: train make_bn_model's BNNet")
+        plain = [f"{n['name']} ({n['type']})" for n in wrapped if not n.get("synchronized")]
+        if not plain:
+            continue
+        later = final is not None and all(n.get("synchronized") for n in final)
+        if later:
+            return (f"world size {world.world_size}: DDP wrapped the model on rank {r.rank} while {', '.join(plain)} "
+                    "were plain batch norm; they were converted only after: convert first, then wrap (DDP "
+                    "inspects the layers it wraps when it is built, and refuses nn.SyncBatchNorm in a CPU model)")
+        return (f"world size {world.world_size}: inside the DDP model on rank {r.rank}, {', '.join(plain)} "
+                f"{'is' if len(plain) == 1 else 'are'} not synchronized, so each rank normalizes with its own "
+                "batch's statistics there")
+
+
+def _drawn_shares(world) -> list[list[list[int]]] | None:
+    """shares[epoch][rank]: the indices each rank's DistributedSampler gave it, or None without samplers."""
+    iters = [r.of("sampler_iter") for r in world.ranks]
+    if not all(iters) or len({len(i) for i in iters}) != 1:
+        return None
+    return [[[int(i) for i in it[epoch]["indices"]] for it in iters] for epoch in range(len(iters[0]))]
+
+
+@functools.lru_cache(maxsize=16)
+def _global_reference(key: tuple) -> torch.nn.Module:
+    shares = [[list(share) for share in epoch] for epoch in key]
+    return trained_on_shares(lambda: make_bn_model(0), toy_dataset(n=N, seed=0), shares, BATCH, LR, together=True)
+
+
+def reference(world) -> torch.nn.Module | None:
+    """One process trained on the global batches the ranks drew, each step's batch normalized as one."""
+    shares = _drawn_shares(world)
+    if shares is None:
+        return None
+    return _global_reference(tuple(tuple(tuple(s) for s in epoch) for epoch in shares))
+
+
+def _no_sampler(world) -> str:
+    return (f"world size {world.world_size}: the ranks did not all draw their samples from a DistributedSampler "
+            "the same number of times, so the global batches they trained on are unknown")
+
+
+def _equals_global_batch(runs):
+    for world in runs:
+        want = reference(world)
+        if want is None:
+            return _no_sampler(world)
+        got = world.ranks[0].final_params()
+        if got is None:
+            return f"world size {world.world_size}: rank 0 never stepped its optimizer"
+        expected = flat(want)
+        if got.shape != expected.shape:
+            return f"world size {world.world_size}: the trained model is not a BNNet from make_bn_model"
+        if not torch.allclose(got, expected, **TOL):
+            return (f"world size {world.world_size}: rank 0's final parameters differ from one process trained on "
+                    f"the whole global batches by up to {(got - expected).abs().max().item():.3g}: a step on "
+                    f"{world.world_size} ranks of {BATCH} samples is not a step on {BATCH * world.world_size}")
+
+
+def _running_statistics(runs):
+    for world in runs:
+        want = reference(world)
+        if want is None:
+            return _no_sampler(world)
+        expected = {k: v.double() for k, v in want.named_buffers() if v.dtype.is_floating_point}
+        for r in world.ranks:
+            event = r.first("buffers")
+            held = event.get("values") if event else None
+            if not isinstance(held, dict) or set(held) != set(expected):
+                return (f"world size {world.world_size}: rank {r.rank}'s model at the end holds buffers "
+                        f"{sorted(held or {})[:4]}, not BNNet's running statistics")
+            for name, values in expected.items():
+                got = torch.tensor(held[name], dtype=torch.float64)
+                if got.shape != values.shape or not torch.allclose(got, values, **TOL):
+                    gap = (got - values).abs().max().item() if got.shape == values.shape else float("nan")
+                    return (f"world size {world.world_size}: rank {r.rank}'s {name} differs from one process's on "
+                            f"the whole global batches by up to {gap:.3g}: the running statistics must come from "
+                            "every rank's samples")
+
+
+def _checkpoint_loads_and_holds_the_run(runs):
+    want_keys = list(BNNet().state_dict())
+    for world in runs:
+        state, problem = _checkpoint(world)
+        if problem:
+            return problem
+        if any(k.startswith("module.") for k in state["keys"]):
+            return "checkpoint keys start with 'module.': the DDP wrapper was saved, not the model"
+        if sorted(state["keys"]) != sorted(want_keys):
+            missing = [k for k in want_keys if k not in state["keys"]]
+            extra = [k for k in state["keys"] if k not in want_keys]
+            return f"the checkpoint does not load into a plain BNNet: keys missing {missing[:3]}, unexpected {extra[:3]}"
+        names = [n for n, _ in BNNet().named_parameters()]
+        saved = torch.cat([torch.from_numpy(state["arrays"][n]).flatten() for n in names])
+        final = world.ranks[0].final_params()
+        if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
+            return f"world size {world.world_size}: the checkpoint's weights are not the final trained weights"
+        held = (world.ranks[0].first("buffers") or {}).get("values") or {}
+        for name in (k for k in want_keys if k.endswith(("running_mean", "running_var"))):
+            got = torch.from_numpy(state["arrays"][name]).flatten()
+            if name not in held or not torch.allclose(got, torch.tensor(held[name], dtype=torch.float64), atol=1e-6):
+                return f"world size {world.world_size}: the checkpoint's {name} is not the model's at the end"
+
+
+def _pytorch_class_on_gpus(runs):
+    for world, r in each_rank(runs):
+        plain = [n["name"] for n in _norms(r, "ddp") or [] if n.get("type") != "SyncBatchNorm"]
+        if plain:
+            return (f"world size {world.world_size}: on rank {r.rank}, {plain[0]} is not nn.SyncBatchNorm: on GPUs "
+                    "use PyTorch's own")
+
+
+EXERCISE = Exercise(
+    id="3.2",
+    title="synchronized batch norm in a DDP script",
+    kind="script",
+    timeout=60.0,
+    warm_imports=("torch._dynamo", "ddpcourse.syncbn"),
+    expected=lambda seed: {"initial": flat(make_bn_model(0))},
+    work=_work,
+    checks=[
+        runs_to_the_end("the script runs to the end on every rank", 2),
+        Check("every batch norm layer is synchronized when DDP wraps the model", 3, _synchronized_when_wrapped,
+              hint="model = convert_sync_batchnorm(model) (from ddpcourse), then model = DDP(model)"),
+        Check("parameters identical on all ranks after every optimizer step", 1, params_identical_across_ranks,
+              hint="let DDP average the gradients: backward() on the DDP model's output"),
+        Check("parameters equal one process trained on the whole global batches", 3, _equals_global_batch,
+              hint="synchronized batch norm normalizes every rank's samples with the statistics of the global batch"),
+        Check("running statistics on every rank equal one process's on the whole global batches", 2,
+              _running_statistics, hint="every batch norm layer synchronized: their running statistics then agree"),
+        Check("exactly one checkpoint writer: global rank 0", 1, _one_writer,
+              hint="if dist.get_rank() == 0: torch.save(...)"),
+        Check("the checkpoint loads strictly into a plain BNNet and holds the trained weights and running statistics",
+              2, _checkpoint_loads_and_holds_the_run,
+              hint="after the last epoch, save model.module.state_dict(): its keys are a plain BNNet's"),
+        Check("process group destroyed at the end", 1, _destroyed, hint="dist.destroy_process_group() at the end"),
+        Check("on GPUs, PyTorch's own nn.SyncBatchNorm on nccl", 1, _pytorch_class_on_gpus, gpu_only=True,
+              hint="ddpcourse.convert_sync_batchnorm picks it on GPUs, or call nn.SyncBatchNorm.convert_sync_batchnorm"),
+    ],
+)
