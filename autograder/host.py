@@ -278,6 +278,10 @@ def _flatten(value, prefix: str, tensors: dict, values: dict):
 
     if len(tensors) + len(values) >= _EXPORT_LIMIT:
         return
+    if type(value).__name__ == "DTensor":  # one rank's shard of a distributed tensor: said, not read
+        local = getattr(value, "_local_tensor", None)
+        values[prefix] = {"DTensor": list(value.shape), "local": list(local.shape) if local is not None else None}
+        return
     if isinstance(value, torch.Tensor):
         if value.dtype.is_floating_point:
             tensors[prefix] = value

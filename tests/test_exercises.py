@@ -26,7 +26,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.6": "the script runs to the end on every rank",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
-        "3.3": "the code runs to the end on every rank at every world size"}
+        "3.3": "the code runs to the end on every rank at every world size",
+        "3.4": "the code runs to the end on every rank at every world size"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -121,6 +122,13 @@ CAUGHT_BY = {
     ("3.3", "wrong_saves_local_shard"): {ZERO_OPTIMIZER},
     ("3.3", "wrong_every_rank_saves"): {CONSOLIDATED},
     ("3.3", "wrong_saves_wrapper"): {ZERO_MODEL},
+    ("3.4", "wrong_optimizer_before_sharding"): {
+        "every step equals plain Adam on one process over the global batch (to float rounding)"},
+    ("3.4", "wrong_root_only"): {"fully_shard on every block, then on the root"},
+    ("3.4", "wrong_blocks_only"): {"fully_shard on every block, then on the root"},
+    ("3.4", "wrong_gathers_on_rank0_only"): {RUNS["3.4"]},
+    ("3.4", "wrong_saves_sharded_state_dict"): {"the checkpoint holds the full trained weights and loads into a plain MLP"},
+    ("3.4", "wrong_every_rank_saves"): {"exactly one checkpoint writer: rank 0"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
@@ -399,10 +407,12 @@ def test_pytorchs_sync_batch_norm_on_cpu_is_explained_with_what_to_use_instead()
     assert "use the course's ddpcourse.convert_sync_batchnorm(model)" in report.problem
 
 
-def test_consolidating_on_rank_0_only_is_reported_as_a_hang_in_seconds():
-    report = graded("3.3", "wrong_consolidates_on_rank0_only")
-    assert re.search(r"deadlock: rank 0 in consolidate_state_dict #1 with root 0 \(exercise cell line \d+, in "
-                     r"save_checkpoint\), rank 1 in barrier", report.problem), report.problem
+@pytest.mark.parametrize("exercise_id,name,call", [
+    ("3.3", "wrong_consolidates_on_rank0_only", r"consolidate_state_dict #1 with root 0 \(exercise cell line \d+, in save_checkpoint\)"),
+    ("3.4", "wrong_gathers_on_rank0_only", r"get_model_state_dict #1 \(exercise cell line \d+, in save_full\)")])
+def test_gathering_sharded_state_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_id, name, call):
+    report = graded(exercise_id, name)
+    assert re.search(rf"deadlock: rank 0 in {call}, rank 1 in barrier", report.problem), report.problem
     assert report.elapsed < 15
 
 

@@ -1,0 +1,200 @@
+"""Exercise 3.4: FSDP2. setup(model, mesh, lr) shards the MLP with fully_shard (each block, then the
+root) and returns its Adam; save_full(model, path) writes the full weights from rank 0.
+
+The harness trains a few steps on global batches, keeping the full parameters after each step
+(gathered by the harness, so the student's code is judged on what the model holds), and records
+how each parameter is stored on each rank. The checkpoint is read back by the grader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from autograder.checks import Check, each_rank
+from autograder.exercises import Exercise
+from autograder.exercises.ex3_3 import data, rows, trajectory
+from autograder.reference import flat, parameter_blocks
+from autograder.rig import device_for, join_group, raised
+from ddpcourse import MLP, make_mlp
+
+LR, STEPS = 1e-2, 4
+CHECKPOINT = "fsdp_full.pt"
+TOL = dict(rtol=1e-4, atol=1e-5)  # FSDP sums gradients in another order than one process: float rounding
+BLOCKS = ("net.0", "net.2", "net.4")
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    join_group()
+    device = device_for(layout, rank)
+    mesh = init_device_mesh(device.type, (layout.world_size,))
+    model = make_mlp(0).to(device)
+    optimizer = student.setup(model, mesh, LR)
+    rec.event("sharded", **_storage(model))
+    x, y = data(seed)
+    for k in range(STEPS):
+        optimizer.zero_grad()
+        part = rows(k, rank, layout.world_size)
+        F.cross_entropy(model(x[part].to(device)), y[part].to(device)).backward()
+        optimizer.step()
+        rec.keep("after step", _full(model))
+    try:
+        student.save_full(model, str(Path.cwd() / CHECKPOINT))
+        rec.event("saved", error=None)
+    except Exception as exc:  # told by the checks, with the line it came from
+        rec.event("saved", error=raised(exc))
+    dist.barrier()  # every rank done saving; a rank left in a collective of the save shows as a hang here
+    dist.destroy_process_group()
+
+
+def _full(model) -> torch.Tensor:
+    """The whole parameters, flattened; gathering a sharded one is a collective every rank makes here."""
+    parts = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+    return torch.cat([p.detach().double().cpu().flatten() for p in parts])
+
+
+def _storage(model) -> dict:
+    """How this rank stores each parameter, and which modules fully_shard made FSDP modules."""
+    from torch.distributed.fsdp import FSDPModule
+
+    params = [{"name": name, "dtensor": hasattr(p, "to_local"), "placements": str(getattr(p, "placements", "")),
+               "numel": p.numel(), "local": p.to_local().numel() if hasattr(p, "to_local") else p.numel()}
+              for name, p in model.named_parameters()]
+    fsdp = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+    return {"params": params, "fsdp": fsdp}
+
+
+# The grader's side ------------------------------------------------------------------------
+
+
+def _after_steps(r) -> list[torch.Tensor]:
+    return [v for label, v in r.snapshots if label == "after step"]
+
+
+def _work(runs):
+    if not any(r.first("sharded") for _, r in each_rank(runs)):
+        return "no rank got as far as training: setup never returned"
+
+
+def _sharded(runs):
+    for world in sorted(runs, key=lambda w: -w.world_size):
+        w = world.world_size
+        for r in world.ranks:
+            params = (r.first("sharded") or {}).get("params", [])
+            plain = [p["name"] for p in params if not p.get("dtensor")]
+            if plain:
+                return (f"world size {w}: on rank {r.rank}, {', '.join(plain[:3])} "
+                        f"{'is a plain tensor' if len(plain) == 1 else 'are plain tensors'}, not a sharded DTensor: "
+                        "fully_shard was not applied to the module that holds it")
+            for p in params:
+                rows = _rows(p["name"]) or p["numel"]
+                most = -(-rows // w) * (p["numel"] // rows)  # FSDP cuts along the first dimension
+                if p["local"] > most:
+                    return (f"world size {w}: rank {r.rank} stores {p['local']} of {p['name']}'s {p['numel']} "
+                            f"values, more than 1/{w} of them ({p['placements']})")
+
+
+def _rows(name: str) -> int:
+    """The first dimension of the MLP's parameter `name` (FSDP shards along it)."""
+    return dict((n, p.shape[0]) for n, p in MLP().named_parameters()).get(name, 0)
+
+
+def _every_block_and_root(runs):
+    for world, r in each_rank(runs):
+        fsdp = set((r.first("sharded") or {}).get("fsdp", []))
+        missing = [b for b in BLOCKS if b not in fsdp]
+        if missing:
+            return (f"world size {world.world_size}: on rank {r.rank}, block(s) {', '.join(missing)} have no "
+                    "fully_shard of their own: the whole model is gathered at once, so no rank ever holds less "
+                    "than all of it in the forward pass")
+        if "" not in fsdp:
+            return (f"world size {world.world_size}: on rank {r.rank}, fully_shard was not called on the root "
+                    "model, after its blocks: the root schedules the blocks' gathers and frees")
+
+
+def _equals_adam(runs):
+    seed = runs.params["seed"]
+    for world in runs:
+        want = trajectory(seed, world.world_size)[:STEPS]
+        start = flat(make_mlp(0))
+        for r in world.ranks:
+            got = _after_steps(r)
+            if len(got) != len(want):
+                return f"world size {world.world_size}: rank {r.rank} kept {len(got)} steps of {len(want)}"
+            if all(torch.equal(g, start) for g in got):
+                return (f"world size {world.world_size}: the parameters never changed in {STEPS} steps: the "
+                        "optimizer holds tensors that are no longer the model's (fully_shard replaces every "
+                        "parameter by a DTensor; an optimizer built before it steps the old ones)")
+            for k, (a, b) in enumerate(zip(got, want)):
+                if not torch.allclose(a, b, **TOL):
+                    where = max(parameter_blocks(MLP()), key=lambda nb: (a[nb[1]] - b[nb[1]]).abs().max())[0]
+                    return (f"world size {world.world_size}: after step {k + 1}, rank {r.rank}'s parameters differ "
+                            f"from plain Adam(lr={LR}) on one process by up to {(a - b).abs().max().item():.3g} "
+                            f"(largest in {where})")
+
+
+def _one_writer(runs):
+    for world in runs:
+        failed = next((r for r in world.ranks if (r.first("saved") or {}).get("error")), None)
+        if failed is not None:
+            return f"world size {world.world_size}: on rank {failed.rank}, save_full raised {failed.first('saved')['error']}"
+        writers = sorted({r.rank for r in world.ranks if r.of("save")})
+        if writers != [0]:
+            return (f"world size {world.world_size}: torch.save was called by rank(s) {writers or 'none'}; "
+                    "exactly one writer, rank 0, is expected")
+
+
+def _full_weights_saved(runs):
+    names = [n for n, _ in MLP().named_parameters()]
+    for world in sorted(runs, key=lambda w: -w.world_size):  # a shard shows best where there are most ranks
+        saves = [e for e in world.ranks[0].of("save") if e.get("path")]
+        if not saves:
+            return f"world size {world.world_size}: rank 0 saved no checkpoint"
+        found = world.exports.get(saves[-1]["path"], {})
+        sharded = [k for k, v in found.get("values", {}).items() if isinstance(v, dict) and "DTensor" in v]
+        if sharded or "DTensor" in str(found.get("error", "")):
+            return (f"world size {world.world_size}: the checkpoint holds DTensors, a sharded state dict: each is "
+                    f"rank 0's 1/{world.world_size} of a parameter, the other ranks' shards are not in it. Gather "
+                    "the full state dict on every rank, then save it on rank 0")
+        if found.get("type") != "dict":
+            return (f"world size {world.world_size}: the checkpoint is not a state dict readable with "
+                    f"torch.load(weights_only=True) ({found.get('error') or found.get('type')})")
+        arrays = found["arrays"]
+        wrong = [n for n, p in MLP().named_parameters() if n not in arrays or tuple(arrays[n].shape) != tuple(p.shape)]
+        if wrong or sorted(found["keys"]) != sorted(names):
+            return (f"world size {world.world_size}: the checkpoint does not load into a plain MLP: keys "
+                    f"{found['keys'][:4]}" + (f", {wrong[0]} missing or of another shape" if wrong else ""))
+        saved = torch.cat([torch.from_numpy(arrays[n]).flatten() for n in names])
+        trained = _after_steps(world.ranks[0])
+        if not trained or not torch.allclose(saved, trained[-1], atol=1e-6):
+            return f"world size {world.world_size}: the checkpoint's weights are not the model's after training"
+
+
+EXERCISE = Exercise(
+    id="3.4",
+    title="FSDP2: shard, train, save the full weights",
+    kind="function",
+    entry="setup",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    warm_imports=("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict"),
+    timeout=40.0,
+    checks=[
+        Check("parameters are DTensors sharded over the ranks: each rank stores about 1/W of each", 2, _sharded,
+              hint="fully_shard(block, mesh=mesh) for each block, then fully_shard(model, mesh=mesh)"),
+        Check("fully_shard on every block, then on the root", 1, _every_block_and_root,
+              hint="for each nn.Linear in model.net: fully_shard(layer, mesh=mesh); then fully_shard(model, mesh=mesh)"),
+        Check("every step equals plain Adam on one process over the global batch (to float rounding)", 3,
+              _equals_adam, hint="build the optimizer after fully_shard, from model.parameters()"),
+        Check("exactly one checkpoint writer: rank 0", 1, _one_writer, hint="if dist.get_rank() == 0: torch.save(...)"),
+        Check("the checkpoint holds the full trained weights and loads into a plain MLP", 3, _full_weights_saved,
+              hint="get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) "
+                   "on every rank, then torch.save on rank 0"),
+    ],
+)
