@@ -506,18 +506,20 @@ def _wrap_optimizer(rec: Recorder):
     _wrap_state_dict_gathering(rec)
 
 
-def _traced_as_collective(rec: Recorder, owner, name: str, root=None):
+def _traced_as_collective(rec: Recorder, owner, name: str, root=None, label: str | None = None):
     """A library call that is a collective inside (every rank must make it): traced as one, by name;
     ``root(args, kwargs)`` says which rank it gathers to, where it has one."""
+    op = label or name
+
     def make(original):
         def wrapper(*args, **kwargs):
             where = caller()
             rooted = {"root": root(args, kwargs)} if root else {}
-            rec.event("collective", op=name, reduce_op=None, caller=where, done=False, **rooted)
-            n = rec.enter(name, caller=where, **rooted)
+            rec.event("collective", op=op, reduce_op=None, caller=where, done=False, **rooted)
+            n = rec.enter(op, caller=where, **rooted)
             out = original(*args, **kwargs)
-            rec.leave(name, n)
-            rec.event("collective_done", op=name, caller=where)
+            rec.leave(op, n)
+            rec.event("collective_done", op=op, caller=where)
             return out
         return wrapper
 
@@ -534,6 +536,14 @@ def _wrap_state_dict_gathering(rec: Recorder):
                  "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"):
         if hasattr(module, name):
             _traced_as_collective(rec, module, name)
+    # Saving and loading a distributed checkpoint: every rank writes or reads its shards, and they
+    # agree on the index first.
+    package = sys.modules.get("torch.distributed.checkpoint")
+    for owner, name in ((package, "save"), (package, "load"), (package, "async_save"),
+                        (sys.modules.get("torch.distributed.checkpoint.state_dict_saver"), "save"),
+                        (sys.modules.get("torch.distributed.checkpoint.state_dict_loader"), "load")):
+        if owner is not None and hasattr(owner, name):
+            _traced_as_collective(rec, owner, name, label=f"dcp.{name}")
 
 
 def _wrap_consolidate(rec: Recorder):

@@ -27,7 +27,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
         "3.3": "the code runs to the end on every rank at every world size",
-        "3.4": "the code runs to the end on every rank at every world size"}
+        "3.4": "the code runs to the end on every rank at every world size",
+        "3.5": "the code runs to the end on every rank at every world size"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -129,6 +130,9 @@ CAUGHT_BY = {
     ("3.4", "wrong_gathers_on_rank0_only"): {RUNS["3.4"]},
     ("3.4", "wrong_saves_sharded_state_dict"): {"the checkpoint holds the full trained weights and loads into a plain MLP"},
     ("3.4", "wrong_every_rank_saves"): {"exactly one checkpoint writer: rank 0"},
+    ("3.5", "wrong_model_only"): {"resumed at each new world size, training continues exactly as one uninterrupted run"},
+    ("3.5", "wrong_saves_on_rank0_only"): {RUNS["3.5"]},
+    ("3.5", "wrong_full_state_dict"): {"each checkpoint holds one shard file per rank, none of them most of the state"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
@@ -409,8 +413,9 @@ def test_pytorchs_sync_batch_norm_on_cpu_is_explained_with_what_to_use_instead()
 
 @pytest.mark.parametrize("exercise_id,name,call", [
     ("3.3", "wrong_consolidates_on_rank0_only", r"consolidate_state_dict #1 with root 0 \(exercise cell line \d+, in save_checkpoint\)"),
-    ("3.4", "wrong_gathers_on_rank0_only", r"get_model_state_dict #1 \(exercise cell line \d+, in save_full\)")])
-def test_gathering_sharded_state_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_id, name, call):
+    ("3.4", "wrong_gathers_on_rank0_only", r"get_model_state_dict #1 \(exercise cell line \d+, in save_full\)"),
+    ("3.5", "wrong_saves_on_rank0_only", r"dcp.save #1 \(exercise cell line \d+, in save\)")])
+def test_saving_sharded_state_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_id, name, call):
     report = graded(exercise_id, name)
     assert re.search(rf"deadlock: rank 0 in {call}, rank 1 in barrier", report.problem), report.problem
     assert report.elapsed < 15

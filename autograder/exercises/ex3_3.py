@@ -88,19 +88,24 @@ def _sizes() -> list[int]:
 @functools.lru_cache(maxsize=8)
 def trajectory(seed: int, world_size: int) -> tuple[torch.Tensor, ...]:
     """Plain Adam on one process over the global batches: the parameters after each step."""
-    x, y = data(seed)
-    model = make_mlp(0).double()
-    adam = Adam(model.parameters(), lr=LR)
+    return tuple(adam_steps(*data(seed), range(STEPS + 1), world_size))
+
+
+def adam_steps(x, y, steps, world_size: int, model=None, adam=None) -> list[torch.Tensor]:
+    """The parameters after each of ``steps`` (global step numbers) of plain Adam on one process,
+    from make_mlp(0) and a fresh Adam unless given: the ranks' losses averaged, as DDP or FSDP
+    average their gradients."""
+    model = model if model is not None else make_mlp(0).double()
+    adam = adam if adam is not None else Adam(model.parameters(), lr=LR)
     after = []
-    for k in range(STEPS + 1):
+    for k in steps:
         adam.zero_grad()
-        # the ranks' losses averaged, as DDP averages their gradients
         loss = sum(F.cross_entropy(model(x[rows(k, r, world_size)].double()), y[rows(k, r, world_size)])
                    for r in range(world_size)) / world_size
         loss.backward()
         adam.step()
         after.append(flat(model))
-    return tuple(after)
+    return after
 
 
 def _steps(r) -> list[torch.Tensor]:

@@ -1,0 +1,219 @@
+"""Exercise 3.5: a sharded checkpoint with torch.distributed.checkpoint (DCP), resumed at another world
+size: save(model, optimizer, directory) and load(model, optimizer, directory).
+
+The launches of one grading form a chain: the job of 1 process trains and saves, the job of 2 loads
+that checkpoint (resharding it from 1 shard to 2), trains on and saves, and the job of 3 loads that
+(2 shards to 3) and trains on. Each job shards the MLP with FSDP2 itself; the student's code saves
+and loads. Chained, the jobs must train as one uninterrupted run. The grader lists the checkpoint
+directories (names and sizes only: DCP's index is a pickle, never read here).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from autograder.checks import Check, each_rank
+from autograder.exercises import Exercise
+from autograder.exercises.ex3_3 import LR, adam_steps, rows
+from autograder.exercises.ex3_4 import _full
+from autograder.reference import Adam, flat
+from autograder.rig import device_for, join_group, raised
+from ddpcourse import make_mlp, toy_dataset
+
+STEPS_PER_JOB = 2
+TOL = dict(rtol=1e-4, atol=1e-5)  # another world size sums in another order: float rounding
+CHAIN = "dcp"  # beside the launches' work directories: what one job saves, the next one loads
+
+
+def data(seed: int):
+    return toy_dataset(n=12 * STEPS_PER_JOB * 4, seed=500 + seed).tensors
+
+
+def saved_by(world_size: int) -> str:
+    return f"saved_by_{world_size}"
+
+
+def harness(student, rank, layout, rec, seed, **_):
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    join_group()
+    w = layout.world_size
+    device = device_for(layout, rank)
+    model = make_mlp(0).to(device)
+    mesh = init_device_mesh(device.type, (w,))
+    for layer in model.net:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+
+    chain = Path.cwd().parent / CHAIN
+    chain.mkdir(exist_ok=True)
+    earlier = sorted(k for k in range(1, w) if (chain / saved_by(k)).is_dir())
+    rec.event("resume", previous=earlier[-1] if earlier else None, jobs_before=len(earlier))
+    if earlier:
+        _call(rec, "loaded", student.load, model, optimizer, str(chain / saved_by(earlier[-1])))
+        rec.keep("after load", _full(model))
+    x, y = data(seed)
+    first = len(earlier) * STEPS_PER_JOB
+    for k in range(first, first + STEPS_PER_JOB):
+        optimizer.zero_grad()
+        part = rows(k, rank, w)
+        F.cross_entropy(model(x[part].to(device)), y[part].to(device)).backward()
+        optimizer.step()
+        rec.keep("after step", _full(model))
+    _call(rec, "saved", student.save, model, optimizer, str(chain / saved_by(w)))
+    dist.barrier()  # every rank done saving; a rank left in a collective of the save shows as a hang here
+    dist.destroy_process_group()
+
+
+def _call(rec, kind: str, function, *args):
+    try:
+        function(*args)
+        rec.event(kind, error=None)
+    except NotImplementedError:
+        raise  # the exercise not started: said as such
+    except Exception as exc:  # told by the checks, with the line it came from
+        rec.event(kind, error=raised(exc))
+
+
+# The grader's side ------------------------------------------------------------------------
+
+
+def _kept(r, label: str) -> list[torch.Tensor]:
+    return [v for name, v in r.snapshots if name == label]
+
+
+def _work(runs):
+    if not any(e.get("call") == "dcp.save" for _, r in each_rank(runs) for e in r.of("enter")):
+        return "no rank called torch.distributed.checkpoint's save (dcp.save)"
+
+
+def _every_rank_saves_and_loads(runs):
+    for world in runs:
+        for r in world.ranks:
+            for kind, call in (("saved", "dcp.save"), ("loaded", "dcp.load")):
+                event = r.first(kind)
+                if event is None:
+                    continue  # the first job has nothing to load
+                if event.get("error"):
+                    what = "save" if kind == "saved" else "load"
+                    return f"world size {world.world_size}: on rank {r.rank}, {what} raised {event['error']}"
+                calls = [e for e in r.of("enter") if e.get("call") in (call, "dcp.async_save")]
+                if not calls:
+                    return (f"world size {world.world_size}: rank {r.rank} never called {call}: every rank writes "
+                            "and reads its own shards of a distributed checkpoint")
+
+
+def listing(directory: Path) -> dict[str, int] | None:
+    """Names and sizes of the plain files in ``directory``, links not followed; None if it is not one."""
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return None
+        entries = list(os.scandir(directory))[:1000]
+    except OSError:
+        return None
+    return {e.name: e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False)}
+
+
+def _holds_shards(runs):
+    for world in runs:
+        w = world.world_size
+        files = listing(world.workdir.parent / CHAIN / saved_by(w))
+        if files is None:
+            return f"world size {w}: nothing was saved in the directory save was given"
+        shards = {name: size for name, size in files.items() if name.endswith(".distcp")}
+        if ".metadata" not in files or not shards:
+            return (f"world size {w}: the directory holds {sorted(files)[:4]}, not a distributed checkpoint "
+                    "(its .metadata index and .distcp shard files): save with torch.distributed.checkpoint")
+        if len(shards) != w:
+            return f"world size {w}: the checkpoint has {len(shards)} shard file(s), not one per rank"
+        total, largest = sum(shards.values()), max(shards.values())
+        if w > 1 and largest > total * (1 / w + 0.25):
+            name = max(shards, key=shards.get)
+            return (f"world size {w}: {name} holds {100 * largest / total:.0f}% of the checkpoint's data: one "
+                    "rank's copy of the whole state, not each rank's shards (a full state dict, gathered, was "
+                    "saved; save the sharded one)")
+
+
+@functools.lru_cache(maxsize=16)
+def _uninterrupted(seed: int, world_size: int, steps: int) -> tuple[torch.Tensor, ...]:
+    x, y = data(seed)
+    return tuple(adam_steps(x, y, range(steps), world_size))
+
+
+def _without_optimizer_state(seed: int, world_size: int, first: int, counted: int) -> list[torch.Tensor]:
+    """What a job resumed with the model's weights but not the optimizer's state would train: Adam's
+    moments at zero and its step count at `counted` (get_state_dict initializes a new optimizer's state
+    with one step of zero gradients, so 1 where the code called it, else 0)."""
+    x, y = data(seed)
+    model = make_mlp(0).double()
+    adam_steps(x, y, range(first), world_size, model)
+    adam = Adam(model.parameters(), lr=LR)
+    for state in adam.state:
+        state["step"] = counted
+    return adam_steps(x, y, range(first, first + STEPS_PER_JOB), world_size, model, adam)
+
+
+def _continues_uninterrupted(runs):
+    seed = runs.params["seed"]
+    start = flat(make_mlp(0))
+    for world in runs:
+        w = world.world_size
+        jobs_before = (world.ranks[0].first("resume") or {}).get("jobs_before", 0)
+        first = jobs_before * STEPS_PER_JOB
+        want = _uninterrupted(seed, w, first + STEPS_PER_JOB)
+        for r in world.ranks:
+            loaded = _kept(r, "after load")
+            if loaded and first and not torch.allclose(loaded[0], want[first - 1], **TOL):
+                restarted = torch.allclose(loaded[0], start)
+                return (f"world size {w}: after load on rank {r.rank}, the model "
+                        + ("still holds its initial weights: nothing was loaded into it" if restarted else
+                           f"differs from the one saved at world size {_previous(world)} by up to "
+                           f"{(loaded[0] - want[first - 1]).abs().max().item():.3g}"))
+            got = _kept(r, "after step")
+            for k, (a, b) in enumerate(zip(got, want[first:])):
+                if torch.allclose(a, b, **TOL):
+                    continue
+                fresh = any(torch.allclose(a, _without_optimizer_state(seed, w, first, counted)[k], **TOL)
+                            for counted in (0, 1)) if first else False
+                cause = (": the optimizer started afresh, so its moments and step count were not restored (save "
+                         "and load the optimizer's state too)" if fresh else "")
+                return (f"world size {w}: step {first + k + 1} (the job's step {k + 1}) on rank {r.rank} differs from "
+                        f"one uninterrupted run by up to {(a - b).abs().max().item():.3g}{cause}")
+
+
+def _previous(world) -> str:
+    return str((world.ranks[0].first("resume") or {}).get("previous"))
+
+
+EXERCISE = Exercise(
+    id="3.5",
+    title="a sharded checkpoint, resumed at another world size",
+    kind="function",
+    entry="save",
+    harness=harness,
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    warm_imports=("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
+                  "torch.distributed.checkpoint.state_dict"),
+    timeout=40.0,
+    checks=[
+        Check("every rank takes part in every save and load", 2, _every_rank_saves_and_loads,
+              hint="dcp.save(state, checkpoint_id=directory) and dcp.load(...) on every rank"),
+        Check("each checkpoint holds one shard file per rank, none of them most of the state", 2, _holds_shards,
+              hint="save the sharded state dicts, get_state_dict(model, optimizer) with default options"),
+        Check("resumed at each new world size, training continues exactly as one uninterrupted run", 3,
+              _continues_uninterrupted,
+              hint="save and load model and optimizer; after dcp.load, set_state_dict(model, optimizer, ...)"),
+    ],
+)
