@@ -30,6 +30,8 @@ MISTAKES = {
         "has rank 0 save model.state_dict(), its own shards",
         [(GATHER_AND_SAVE, "    if dist.get_rank() == 0:\n        torch.save(model.state_dict(), path)\n")]),
     "wrong_every_rank_saves": (
-        "has every rank save the full state dict, which only rank 0 holds with cpu_offload",
-        [("    if dist.get_rank() == 0:\n        torch.save(state, path)\n", "    torch.save(state, path)\n")]),
+        "gathers the full state dict on every rank (no cpu_offload) and has every rank save it",
+        [("    options = StateDictOptions(full_state_dict=True, cpu_offload=True)\n",
+          "    options = StateDictOptions(full_state_dict=True)\n"),
+         ("    if dist.get_rank() == 0:\n        torch.save(state, path)\n", "    torch.save(state, path)\n")]),
 }
