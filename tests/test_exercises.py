@@ -28,7 +28,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
         "3.3": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
-        "3.5": "the code runs to the end on every rank at every world size"}
+        "3.5": "the code runs to the end on every rank at every world size",
+        "3.6": "the code runs to the end on every rank at every world size"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -61,6 +62,7 @@ BN_GLOBAL = ("parameters equal one process trained on the whole global batches",
 CONSOLIDATED = "consolidate_state_dict on every rank, then rank 0 alone saves"
 ZERO_MODEL = "the checkpoint's model is the trained model and loads into a plain MLP"
 ZERO_OPTIMIZER = "the checkpoint's optimizer state loads into a plain Adam and continues the run exactly"
+MOMENTS = "Adam's two moments per rank: whole under DDP, whole tensors dealt out under ZeRO-1, sharded under FSDP"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -133,6 +135,13 @@ CAUGHT_BY = {
     ("3.5", "wrong_model_only"): {"resumed at each new world size, training continues exactly as one uninterrupted run"},
     ("3.5", "wrong_saves_on_rank0_only"): {RUNS["3.5"]},
     ("3.5", "wrong_full_state_dict"): {"each checkpoint holds one shard file per rank, none of them most of the state"},
+    ("3.6", "wrong_adam_counted_once"): {MOMENTS},
+    ("3.6", "wrong_zero1_even_split"): {MOMENTS},
+    ("3.6", "wrong_zero1_shards_gradients"): {"gradients per rank: like the parameters they belong to"},
+    ("3.6", "wrong_fsdp_full_gradients"): {"gradients per rank: like the parameters they belong to"},
+    ("3.6", "wrong_fsdp_ignores_rows"): {  # every part of FSDP's state is cut the same wrong way
+        "parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP",
+        "gradients per rank: like the parameters they belong to", MOMENTS},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},

@@ -51,3 +51,4 @@ def test_outside_a_process_group_it_is_plain_batch_norm():
     converted = convert_sync_batchnorm(nn.Sequential(nn.BatchNorm1d(5)))
     assert torch.allclose(converted(x), F.batch_norm(x, None, None, training=True), atol=1e-6)
     assert torch.allclose(converted(x), plain(x), atol=1e-6)
+
