@@ -191,7 +191,7 @@ def test_nothing_left_running(course):
 # notebook -> (assignment, {exercise: control handed in for it}, points that control loses)
 PROBLEM_SETS = {
     "01_parallelism.ipynb": ("ps1", {"1.3": ("wrong_loss_not_divided", 4), "1.4": ("wrong_no_f", 4)}),
-    "03_syncbn_sharding.ipynb": ("ps3", {"3.1": ("wrong_plain_all_reduce", 3)}),
+    "03_syncbn_sharding.ipynb": ("ps3", {"3.1": ("wrong_plain_all_reduce", 3), "3.5": ("wrong_model_only", 3)}),
 }
 
 
