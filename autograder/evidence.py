@@ -49,6 +49,10 @@ class RankRecord:
         """The first vector the harness kept under `label` (Recorder.keep), or None."""
         return next((v for k, v in self.snapshots if k == label), None)
 
+    def kept_all(self, label: str) -> list[torch.Tensor]:
+        """Every vector kept or snapshotted under `label`, in order."""
+        return [v for k, v in self.snapshots if k == label]
+
     def kept_parts(self, label: str, shapes) -> list[torch.Tensor] | None:
         """The tensors rig.keep_parts kept as one vector, reshaped; None if missing or of another size."""
         flat = self.kept(label)

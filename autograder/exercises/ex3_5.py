@@ -89,10 +89,6 @@ def _call(rec, kind: str, function, *args):
 # The grader's side ------------------------------------------------------------------------
 
 
-def _kept(r, label: str) -> list[torch.Tensor]:
-    return [v for name, v in r.snapshots if name == label]
-
-
 def _work(runs):
     if not any(e.get("call") == "dcp.save" for _, r in each_rank(runs) for e in r.of("enter")):
         return "no rank called torch.distributed.checkpoint's save (dcp.save)"
@@ -173,14 +169,14 @@ def _continues_uninterrupted(runs):
         first = jobs_before * STEPS_PER_JOB
         want = _uninterrupted(seed, w, first + STEPS_PER_JOB)
         for r in world.ranks:
-            loaded = _kept(r, "after load")
+            loaded = r.kept_all("after load")
             if loaded and first and not torch.allclose(loaded[0], want[first - 1], **TOL):
                 restarted = torch.allclose(loaded[0], start)
                 return (f"world size {w}: after load on rank {r.rank}, the model "
                         + ("still holds its initial weights: nothing was loaded into it" if restarted else
                            f"differs from the one saved at world size {_previous(world)} by up to "
                            f"{(loaded[0] - want[first - 1]).abs().max().item():.3g}"))
-            got = _kept(r, "after step")
+            got = r.kept_all("after step")
             for k, (a, b) in enumerate(zip(got, want[first:])):
                 if torch.allclose(a, b, **TOL):
                     continue
