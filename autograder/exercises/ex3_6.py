@@ -30,13 +30,12 @@ def widths(seed: int) -> tuple[int, ...]:
 
 
 def make(seed: int) -> nn.Sequential:
+    """Linear layers of the seed's widths with ReLUs between (only their sizes are counted)."""
     w = widths(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        layers = []
-        for a, b in zip(w, w[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
-        return nn.Sequential(*layers[:-1])
+    layers = []
+    for a, b in zip(w, w[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
 
 
 def shapes_of(seed: int) -> list[tuple[int, ...]]:
