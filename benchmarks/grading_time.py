@@ -23,7 +23,8 @@ SOLUTIONS = {ex: ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}" / 
     "1.1": "correct_loops.py", "1.2": "correct_async.py", "1.3": "correct_blocking.py",
     "1.4": "correct_functions.py", "1.5": "correct_counted.py", "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
     "2.4": "correct_strided.py", "2.5": "correct_contextlib.py", "3.1": "correct_differentiable.py",
-    "3.2": "correct_convert.py", "3.3": "correct_consolidate.py"}.items()}
+    "3.2": "correct_convert.py", "3.3": "correct_consolidate.py", "3.4": "correct_state_dict_api.py",
+    "3.5": "correct_get_state_dict.py", "3.6": "correct_loops.py"}.items()}
 
 
 def timed(command: list[str], **kwargs) -> float:

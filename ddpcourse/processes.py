@@ -61,19 +61,21 @@ class LaunchTimeout(TimeoutError):
 
 
 def launch(body: Callable[..., Any], world_size: int = 2, *, timeout: float = 60.0,
-           group_timeout: float | timedelta | None = None, **kwargs) -> list[Any]:
+           group_timeout: float | timedelta | None = None, gpus: bool = False, **kwargs) -> list[Any]:
     """Run ``body(rank, world_size, **kwargs)`` in `world_size` forked processes; return the results by rank.
 
     The processes form a gloo process group before `body` starts, and leave it together after it
     returns. `group_timeout` (seconds) is the group's timeout, after which a collective that some
     rank never joins fails (PyTorch's default for gloo is 30 minutes); `timeout` bounds the
     whole launch. Return values must be picklable: tensors, numbers, strings, lists, dicts.
+    With `gpus`, on a machine with a GPU for every rank, the group uses nccl and rank r works on
+    cuda:r (elsewhere gloo on CPUs, as without it).
     """
     if isinstance(group_timeout, (int, float)):
         group_timeout = timedelta(seconds=group_timeout)
     run_dir = Path(tempfile.mkdtemp(prefix="ddpcourse-launch-"))
     context = mp.get_context("fork")
-    ranks = [context.Process(target=_rank_main, args=(rank, world_size, run_dir, body, kwargs, group_timeout),
+    ranks = [context.Process(target=_rank_main, args=(rank, world_size, run_dir, body, kwargs, group_timeout, gpus),
                              name=f"rank{rank}", daemon=True) for rank in range(world_size)]
     try:
         for process in ranks:
@@ -89,13 +91,16 @@ def launch(body: Callable[..., Any], world_size: int = 2, *, timeout: float = 60
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _rank_main(rank, world_size, run_dir, body, kwargs, group_timeout):
+def _rank_main(rank, world_size, run_dir, body, kwargs, group_timeout, gpus):
     """What each forked process runs: join the group, run the body, write the outcome."""
     torch.set_num_threads(1)
     stack_file = open(run_dir / f"stack_{rank}.txt", "w")  # noqa: SIM115 (open until the process ends)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     try:
-        backend, _ = pick(rank, world_size, gpu_count=0)  # always the CPU: results comparable everywhere
+        # the CPU unless GPUs are asked for: results comparable everywhere
+        backend, device = pick(rank, world_size, gpu_count=None if gpus else 0)
+        if backend == "nccl":
+            torch.cuda.set_device(device)
         options = {} if group_timeout is None else {"timeout": group_timeout}
         dist.init_process_group(backend, init_method=f"file://{run_dir / 'rendezvous'}",
                                 rank=rank, world_size=world_size, **options)

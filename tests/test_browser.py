@@ -281,3 +281,25 @@ def test_pipeline_report_draws_the_students_run(lab, page):
     drawing = check.locator(".autograder-report svg")
     assert drawing.is_visible() and drawing.locator("text", has_text="rank 2").count() == 1
     check.screenshot(path=SHOTS / "exercise_1_3_wrong.png")
+
+
+def test_a_checkpoint_resumed_at_another_world_size_in_jupyterlab(lab, page):
+    open_notebook(page, lab, "exercises/03_syncbn_sharding.ipynb")
+    run_cell(page, code_cell(page, "%load_ext autograder"))
+    wait_idle(page)
+    exercise = code_cell(page, "%%exercise 3.5")
+    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("3.5"'))
+    submissions = ROOT / "tests" / "submissions" / "ex3_5"
+    wrong = edits.write(submissions, "wrong_model_only", lab[2])
+    run_cell(page, exercise, f"%%exercise 3.5\n{wrong.read_text()}")
+    run_cell(page, check)
+    text, earned, possible = report_of(check, "3.5")
+    check.screenshot(path=SHOTS / "exercise_3_5_wrong.png")
+    assert earned < possible and "the optimizer started afresh" in text, text
+
+    run_cell(page, exercise, f"%%exercise 3.5\n{(submissions / 'correct_separate_parts.py').read_text()}")
+    run_cell(page, check)
+    page.wait_for_function("cell => !cell.innerText.includes('Hint')", arg=check.element_handle(), timeout=240_000)
+    text, earned, possible = report_of(check, "3.5")
+    check.screenshot(path=SHOTS / "exercise_3_5_right.png")
+    assert earned == possible, text
