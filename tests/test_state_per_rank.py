@@ -1,9 +1,12 @@
-"""Exercise 3.6 judges predictions of the training state per rank by the grader's own count: the count
-must be what PyTorch really holds, measured on real ranks under DDP, ZeRO-1 and FSDP."""
+"""Exercises 1.5 and 3.6 judge predictions of what each rank holds and sends by the grader's own count:
+the count must be what real ranks hold and send, measured under each scheme."""
 
 from __future__ import annotations
 
-from autograder.exercises import ex3_6
+import pytest
+import torch.distributed as dist
+
+from autograder.exercises import ex1_5, ex3_6
 from ddpcourse.processes import launch
 
 
@@ -17,3 +20,24 @@ def test_the_grader_count_of_training_state_per_rank_is_what_the_ranks_measure()
             measured = launch(_measured, world_size=world_size, seed=seed)
             for scheme in ex3_6.SCHEMES:
                 assert [m[scheme] for m in measured] == ex3_6.counted(scheme, ex3_6.shapes_of(seed), world_size)
+
+
+def _run_and_count_sends(rank: int, world_size: int, scheme: str):
+    sent = []
+    originals = {name: getattr(dist, name) for name in ("send", "isend")}
+    for name, original in originals.items():
+        setattr(dist, name, lambda tensor, *a, _o=original, **k: sent.append(tensor.numel() * tensor.element_size()) or _o(tensor, *a, **k))
+    try:
+        held = ex1_5._MEASURED_RUNS[scheme](rank, world_size)
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+    return {**held, "sent": sum(sent)}
+
+
+@pytest.mark.parametrize("scheme", ex1_5.SCHEMES)
+def test_the_costs_counted_for_1_5_are_what_a_real_step_holds_and_sends(scheme):
+    for world_size in (1, 2, 3, 4):
+        measured = launch(_run_and_count_sends, world_size=world_size, scheme=scheme)
+        busiest = {q: max(m[q] for m in measured) for q in ex1_5.QUANTITIES}
+        assert busiest == ex1_5.expected(scheme, *ex1_5.MEASURED[:3], world_size, ex1_5.MEASURED[3]), world_size

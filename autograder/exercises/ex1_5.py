@@ -5,6 +5,12 @@ The grader counts the same quantities from what each rank would hold and send: t
 every rank's shards (and Adam's two moments for each), and the messages of the schedules built
 in exercises 1.2 to 1.4 (a ring all-reduce cut with tensor_split, GPipe's activations and
 gradients, the Megatron MLP's two all-reduces per block). Each quantity is the busiest rank's.
+
+Each launch also runs one training step of the first model under each scheme on its real ranks,
+with the course's own ring all-reduce, pipeline and tensor-parallel MLP (a student's 1.2-1.4 cells
+are graded on their own, so this grade does not depend on them), and measures what each rank holds
+(parameters, gradients, Adam's moments) and sends (the bytes of its traced messages). A failed
+check shows those measurements beside the count; the tests prove the two equal.
 """
 
 from __future__ import annotations
@@ -12,10 +18,11 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 
 from autograder.checks import Check
 from autograder.exercises import Exercise
-from autograder.rig import number
+from autograder.rig import join_group, number
 
 FLOAT = 4  # bytes of a float32
 SCHEMES = ("data", "pipeline", "tensor")
@@ -36,6 +43,18 @@ def cases():
 
 
 def harness(student, rank, layout, rec, **_):
+    join_group()
+    results = _predictions(student)
+    for scheme in SCHEMES:
+        rec.event("measure", index=scheme)
+        held = _MEASURED_RUNS[scheme](rank, layout.world_size)
+        rec.event("measured", index=scheme, **held)
+    dist.barrier()  # leave together: see rig.join_group
+    dist.destroy_process_group()
+    return results
+
+
+def _predictions(student) -> list[dict]:
     results = []
     for scheme, blocks, d, h, w, rows in cases():
         try:
@@ -46,6 +65,124 @@ def harness(student, rank, layout, rec, **_):
         except Exception as exc:
             results.append({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
     return results
+
+
+# The measured runs: one step of MEASURED under each scheme, on the launch's ranks -------------
+
+MEASURED = MODELS[0]
+
+
+def ring_all_reduce(t: torch.Tensor) -> torch.Tensor:
+    """Sum `t` over the ranks in place with point-to-point messages: reduce-scatter, then all-gather,
+    chunks cut with tensor_split (exercise 1.2's algorithm)."""
+    w, r = dist.get_world_size(), dist.get_rank()
+    chunks = list(torch.tensor_split(t.view(-1), w))
+    for s, reduce in [(s, True) for s in range(w - 1)] + [(s, False) for s in range(w - 1)]:
+        out, into = ((r - s) % w, (r - s - 1) % w) if reduce else ((r + 1 - s) % w, (r - s) % w)
+        incoming = torch.empty_like(chunks[into])
+        request = dist.isend(chunks[out].clone(), (r + 1) % w)
+        dist.recv(incoming, (r - 1) % w)
+        request.wait()
+        chunks[into].add_(incoming) if reduce else chunks[into].copy_(incoming)
+    return t
+
+
+def _block(d: int, h: int) -> list[torch.nn.Module]:
+    return [torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, d)]
+
+
+def _held(params: list[torch.Tensor], optimizer) -> dict[str, int]:
+    """The bytes of parameters, gradients and Adam's two moments this rank holds, after a step."""
+    optimizer.step()
+    size = lambda t: t.numel() * t.element_size()  # noqa: E731
+    moments = [t for state in optimizer.state.values() for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
+    return {"parameters": sum(size(p) for p in params), "gradients": sum(size(p.grad) for p in params if p.grad is not None),
+            "optimizer": sum(size(t) for t in moments)}
+
+
+def _data_step(rank: int, w: int) -> dict[str, int]:
+    blocks, d, h, rows = MEASURED
+    model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
+    x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
+    model(x).square().mean().backward()
+    params = list(model.parameters())
+    gradients = torch.cat([p.grad.flatten() for p in params])
+    ring_all_reduce(gradients).div_(w)
+    torch.nn.utils.vector_to_parameters(gradients, [p.grad for p in params])
+    return _held(params, torch.optim.Adam(params))
+
+
+def _pipeline_step(rank: int, w: int) -> dict[str, int]:
+    blocks, d, h, rows = MEASURED
+    mine = len(torch.tensor_split(torch.arange(blocks), w)[rank])
+    stage = torch.nn.Sequential(*[layer for _ in range(mine) for layer in _block(d, h)])
+    x = torch.randn(rows, d, generator=torch.Generator().manual_seed(0))
+    if rank > 0:
+        dist.recv(x, rank - 1)
+    x.requires_grad_()
+    out = stage(x)
+    if rank < w - 1:
+        dist.send(out.detach(), rank + 1)
+        grad = torch.empty(rows, d)
+        dist.recv(grad, rank + 1)
+        out.backward(grad)
+    else:
+        out.square().mean().backward()
+    if rank > 0:
+        dist.send(x.grad, rank - 1)
+    params = list(stage.parameters())
+    return _held(params, torch.optim.Adam(params)) if params else {"parameters": 0, "gradients": 0, "optimizer": 0}
+
+
+class _Copy(torch.autograd.Function):  # f: the input to every rank forward, its gradient all-reduced back
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ring_all_reduce(grad.clone())
+
+
+class _Sum(torch.autograd.Function):  # g: the partial outputs all-reduced forward, the gradient passed back
+    @staticmethod
+    def forward(ctx, x):
+        return ring_all_reduce(x.clone())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _tensor_step(rank: int, w: int) -> dict[str, int]:
+    blocks, d, h, rows = MEASURED
+    cols = h // w
+    params = []
+    y = torch.randn(rows, d, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    for _ in range(blocks):
+        a, a_bias = torch.randn(cols, d, requires_grad=True), torch.zeros(cols, requires_grad=True)
+        b, b_bias = torch.randn(d, cols, requires_grad=True), torch.zeros(d, requires_grad=True)
+        params += [a, a_bias, b, b_bias]
+        y = _Sum.apply(torch.relu(_Copy.apply(y) @ a.T + a_bias) @ b.T) + b_bias
+    y.square().mean().backward()
+    return _held(params, torch.optim.Adam(params))
+
+
+_MEASURED_RUNS = {"data": _data_step, "pipeline": _pipeline_step, "tensor": _tensor_step}
+
+
+def measured(world, scheme: str) -> dict[str, int] | None:
+    """The busiest rank's measurements of `scheme` in this launch: held bytes as it reported them, sent
+    bytes from its traced messages."""
+    per_rank = []
+    for r in world.ranks:
+        done = next((e for e in r.of("measured") if e.get("index") == scheme), None)
+        if done is None:
+            return None
+        sent = sum(e.get("bytes", 0) for e in r.windows("measure", "measured").get(scheme, [])
+                   if e.get("kind") == "enter" and e.get("call") in ("send", "isend"))
+        per_rank.append({**{q: done.get(q) for q in QUANTITIES if q != "sent"}, "sent": sent})
+    return {q: max(m[q] for m in per_rank) for q in QUANTITIES}
 
 
 # The grader's count ---------------------------------------------------------------------------
@@ -104,6 +241,7 @@ def _judge(quantities: tuple[str, ...], schemes: tuple[str, ...], explain):
         results = runs.worlds[0].ranks[0].result
         if not isinstance(results, list):
             return "per_rank_costs returned nothing that could be read"
+        runs_at = {world.world_size: world for world in runs}
         for (scheme, blocks, d, h, w, rows), got in zip(cases(), results):
             if scheme not in schemes:
                 continue
@@ -119,7 +257,10 @@ def _judge(quantities: tuple[str, ...], schemes: tuple[str, ...], explain):
                     shown = "nothing (no number)" if got.get(q) is None else f"{got[q]:g}"
                     why = explain(q, got, want, scheme, blocks, d, h, w, rows)
                     whose = "twice its parameters'" if q == "optimizer" else "the busiest rank's"
-                    return f"{label}: {q!r} is {shown} bytes, {whose} is {want[q]:g}" + (f": {why}" if why else "")
+                    seen = measured(runs_at[w], scheme) if (blocks, d, h, rows) == MEASURED and w in runs_at else None
+                    ran = f" (a step run on {w} rank{'s' if w > 1 else ''} measured {seen[q]:g})" if seen else ""
+                    return (f"{label}: {q!r} is {shown} bytes, {whose} is {want[q]:g}{ran}"
+                            + (f": {why}" if why else ""))
     return verify
 
 
@@ -169,7 +310,8 @@ EXERCISE = Exercise(
     kind="function",
     entry="per_rank_costs",
     harness=harness,
-    world_sizes=(1,),
+    world_sizes=(1, 2, 3, 4),
+    warm_imports=("torch._dynamo",),  # Adam's first step imports it
     checks=[
         Check("parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism", 3,
               _judge(("parameters", "gradients"), SCHEMES, _memory_explained),
