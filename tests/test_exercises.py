@@ -104,6 +104,7 @@ CAUGHT_BY = {
     ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
     **{("2.6", name): {check} for name, check in BUGS.items()},
     ("3.0", "wrong_zero1_shards_gradients"): {"Q1: training state per rank under ZeRO stage 1"},
+    ("4.0", "wrong_restart_count_as_epoch"): {"Q4: the epoch a restarted job resumes at"},
     ("3.1", "wrong_mean_of_means"): {BN_OUTPUT},
     ("3.1", "wrong_pooled_variances"): {BN_OUTPUT},
     ("3.1", "wrong_normalizes_with_unbiased_variance"): {BN_OUTPUT},
@@ -311,7 +312,8 @@ def test_summed_gradients_are_named_as_such():
     assert "summed, not averaged" in report.to_text()
 
 
-QUIZZES = {"1.0": "01_parallelism.ipynb", "2.0": "02_ddp_basics.ipynb", "3.0": "03_syncbn_sharding.ipynb"}
+QUIZZES = {"1.0": "01_parallelism.ipynb", "2.0": "02_ddp_basics.ipynb", "3.0": "03_syncbn_sharding.ipynb",
+           "4.0": "04_torchrun.ipynb"}
 
 
 def quiz(exercise_id: str):
@@ -337,7 +339,8 @@ def test_quiz_check_names_do_not_give_the_answers_away(exercise_id):
 
 @pytest.mark.parametrize("exercise_id,plain", [("2.0", ['"gloo"', "'gloo'", '"32"']),
                                                ("1.0", ['"16"', '"150"', '"300"', '"3/7"']),
-                                               ("3.0", ['"70"', '"129"', '"12"'])])
+                                               ("3.0", ['"70"', '"129"', '"12"']),
+                                               ("4.0", ['"4"', '"6"'])])
 def test_the_answer_key_is_not_in_the_package_in_plain(exercise_id, plain):
     text = Path(quiz(exercise_id).__file__).read_text()
     assert not [p for p in plain if p in text]

@@ -29,7 +29,7 @@ class Exercise:
     # ranks have ended, never handed to them.
     expected: Callable[[int], dict] = lambda seed: {}
     work: Callable | None = None  # runs -> None, or why nothing of the exercise's work was seen
-    world_sizes: tuple[int, ...] = (1, 2, 3)
+    world_sizes: tuple[int, ...] = (1, 2, 3)  # launched in this order
     layout: Callable[[int], Layout] | None = None  # world size -> nodes layout; default: one node
     timeout: float = 20.0  # seconds per launch
     quiet: float = 2.0  # seconds every running rank waits, with no progress anywhere, before it is a deadlock
@@ -58,7 +58,7 @@ class Exercise:
                 for c in self.checks]
 
 
-MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6"}
+MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "4.0": "ex4_0"}
 
 
 def ids() -> list[str]:

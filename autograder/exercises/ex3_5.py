@@ -1,10 +1,11 @@
 """Exercise 3.5: a sharded checkpoint with torch.distributed.checkpoint (DCP), resumed at another world
 size: save(model, optimizer, directory) and load(model, optimizer, directory).
 
-The launches of one grading form a chain: the job of 1 process trains and saves, the job of 2 loads
-that checkpoint (resharding it from 1 shard to 2), trains on and saves, and the job of 3 loads that
-(2 shards to 3) and trains on. Each job shards the MLP with FSDP2 itself; the student's code saves
-and loads. Chained, the jobs must train as one uninterrupted run. The grader lists the checkpoint
+The launches of one grading form a chain, in the order of CHAIN_SIZES: the job of 2 processes
+trains and saves, the job of 3 loads that checkpoint (resharding it from 2 shards to 3), trains on
+and saves, and the job of 1 loads that (3 shards to 1) and trains on. Each job shards the MLP with
+FSDP2 itself; the student's code saves and loads. Chained, the jobs must train as one
+uninterrupted run. The grader lists the checkpoint
 directories (names and sizes only: DCP's index is a pickle, never read here).
 """
 
@@ -28,6 +29,7 @@ from autograder.rig import device_for, join_group, raised
 from ddpcourse import make_mlp, toy_dataset
 
 STEPS_PER_JOB = 2
+CHAIN_SIZES = (2, 3, 1)  # grown from 2 ranks to 3, then shrunk to 1
 TOL = dict(rtol=1e-4, atol=1e-5)  # another world size sums in another order: float rounding
 CHAIN = "dcp"  # beside the launches' work directories: what one job saves, the next one loads
 
@@ -58,10 +60,12 @@ def harness(student, rank, layout, rec, seed, **_):
 
     chain = Path.cwd().parent / CHAIN
     chain.mkdir(exist_ok=True)
-    earlier = sorted(k for k in range(1, w) if (chain / saved_by(k)).is_dir())
-    rec.event("resume", previous=earlier[-1] if earlier else None, jobs_before=len(earlier))
+    # the checkpoints of the jobs before this one, the last one saved last
+    earlier = sorted((p for p in chain.glob("saved_by_*") if p.name != saved_by(w)), key=lambda p: p.stat().st_mtime_ns)
+    rec.event("resume", previous=earlier[-1].name.removeprefix("saved_by_") if earlier else None,
+              jobs_before=len(earlier))
     if earlier:
-        _call(rec, "loaded", student.load, model, optimizer, str(chain / saved_by(earlier[-1])))
+        _call(rec, "loaded", student.load, model, optimizer, str(earlier[-1]))
         rec.keep("after load", _full(model))
     x, y = data(seed)
     first = len(earlier) * STEPS_PER_JOB
@@ -199,6 +203,7 @@ EXERCISE = Exercise(
     entry="save",
     harness=harness,
     params=lambda seed: {"seed": seed},
+    world_sizes=CHAIN_SIZES,
     work=_work,
     warm_imports=("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
                   "torch.distributed.checkpoint.state_dict"),
