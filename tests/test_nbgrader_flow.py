@@ -192,6 +192,7 @@ def test_nothing_left_running(course):
 PROBLEM_SETS = {
     "01_parallelism.ipynb": ("ps1", {"1.3": ("wrong_loss_not_divided", 4), "1.4": ("wrong_no_f", 4)}),
     "03_syncbn_sharding.ipynb": ("ps3", {"3.1": ("wrong_plain_all_reduce", 3), "3.5": ("wrong_model_only", 3)}),
+    "04_torchrun.ipynb": ("ps4", {"4.0": ("wrong_restart_count_as_epoch", 1)}),
 }
 
 
@@ -202,12 +203,18 @@ def problem_set(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(assignment)
 
     def class_of(released, solutions, correct):
-        wrong = {ex: edits.write(ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}", name, root).read_text()
-                 for ex, (name, _) in mistakes.items()}
+        wrong = {ex: _control(ex, name, root) for ex, (name, _) in mistakes.items()}
         return {"correct": solutions, "mixed": handed_in(released, {**correct, **wrong})}
 
     graded_class(root, source, assignment, class_of)
     return source, mistakes, check_cell_scores(root, source.stem, assignment, ("correct", "mixed"))
+
+
+def _control(exercise_id: str, name: str, scratch: Path) -> str:
+    """A negative control's source: a file of its own, or an edit of a correct solution."""
+    folder = ROOT / "tests" / "submissions" / f"ex{exercise_id.replace('.', '_')}"
+    whole = folder / f"{name}.py"
+    return whole.read_text() if whole.exists() else edits.write(folder, name, scratch).read_text()
 
 
 def test_a_class_gets_partial_credit_where_it_erred(problem_set):
