@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
-from fractions import Fraction
-
-from autograder.exercises import Exercise, quiz
+from autograder.exercises import quiz
 
 # question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
@@ -18,7 +14,7 @@ QUESTIONS = {
     "bubble": ("Q5: the idle share of a pipeline", "section 5, model (pipeline) parallelism"),
     "tp_allreduces": ("Q6: all-reduces in a tensor-parallel MLP", "section 6, tensor parallelism"),
 }
-# The accepted answers, normalized (see `normal`) and stored as digests.
+# The accepted answers, normalized (see quiz.normal) and stored as digests.
 ACCEPTED = {
     "adam_bytes": {'5a0714e7dd60b88f58d4377784bb1af8'},
     "skipped_collective": {'d2bc4bfd8d22bc578dfcd80d0c3cad97'},
@@ -29,29 +25,5 @@ ACCEPTED = {
 }
 
 
-def normal(answer) -> str:
-    """An answer as it is compared: a number rounded to 2 decimals (3/7, 0.43, 43% alike), or a word."""
-    text = str(answer).strip().lower()
-    number = re.fullmatch(r"([-+]?[\d.]+(?:\s*/\s*[\d.]+)?)\s*(%|gb|mb|bytes|b)?", text)
-    if number:
-        try:
-            value = float(Fraction(number.group(1).replace(" ", "")))
-        except (ValueError, ZeroDivisionError):
-            return text
-        return f"{value / 100 if number.group(2) == '%' else value:.2f}"
-    return text.strip("()")
-
-
-def digest(key: str, answer) -> str:
-    return hashlib.sha256(f"ddp-course 1.0 {key}: {normal(answer)}".encode()).hexdigest()[:32]
-
-
-EXERCISE = Exercise(
-    id="1.0",
-    title="concept check",
-    kind="function",
-    entry="ANSWERS",
-    harness=quiz.harness,
-    world_sizes=(1,),
-    checks=quiz.questions(1, QUESTIONS, ACCEPTED, digest),
-)
+digest = quiz.digest_of("1.0")
+EXERCISE = quiz.concept_check("1.0", QUESTIONS, ACCEPTED, digest)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from autograder.exercises import Exercise, quiz
+from autograder.exercises import quiz
 
 # question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
@@ -32,12 +32,4 @@ def digest(key: str, answer) -> str:
     return hashlib.sha256(f"ddp-course 2.0 {key}: {str(answer).strip().lower()}".encode()).hexdigest()[:32]
 
 
-EXERCISE = Exercise(
-    id="2.0",
-    title="concept check",
-    kind="function",
-    entry="ANSWERS",
-    harness=quiz.harness,
-    world_sizes=(1,),
-    checks=quiz.questions(2, QUESTIONS, ACCEPTED, digest),
-)
+EXERCISE = quiz.concept_check("2.0", QUESTIONS, ACCEPTED, digest)

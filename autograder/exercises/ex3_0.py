@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-
-from autograder.exercises import Exercise, quiz
-from autograder.exercises.ex1_0 import normal
+from autograder.exercises import quiz
 
 # question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
@@ -17,7 +14,7 @@ QUESTIONS = {
     "early_optimizer": ("Q5: an optimizer built before fully_shard", "section 5, FSDP"),
     "consolidate": ("Q6: who calls consolidate_state_dict", "section 4, ZeRO stage 1"),
 }
-# The accepted answers, normalized (see ex1_0.normal) and stored as digests.
+# The accepted answers, normalized (see quiz.normal) and stored as digests.
 ACCEPTED = {
     "zero1_gb": {"ad4c7913d54e6561781350336b7a3734"},
     "running_stats": {"3afaf6740a82b2cb41a7808e0afd4a80"},
@@ -27,17 +24,5 @@ ACCEPTED = {
     "consolidate": {"b83afa17de3dca45ba65c846cb92805e"},
 }
 
-
-def digest(key: str, answer) -> str:
-    return hashlib.sha256(f"ddp-course 3.0 {key}: {normal(answer)}".encode()).hexdigest()[:32]
-
-
-EXERCISE = Exercise(
-    id="3.0",
-    title="concept check",
-    kind="function",
-    entry="ANSWERS",
-    harness=quiz.harness,
-    world_sizes=(1,),
-    checks=quiz.questions(3, QUESTIONS, ACCEPTED, digest),
-)
+digest = quiz.digest_of("3.0")
+EXERCISE = quiz.concept_check("3.0", QUESTIONS, ACCEPTED, digest)

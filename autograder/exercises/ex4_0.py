@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-
-from autograder.exercises import Exercise, quiz
-from autograder.exercises.ex1_0 import normal
+from autograder.exercises import quiz
 
 # question id -> (what the question is about, where the lesson explains it).
 # Check names say what is asked, never the answer: students read them before answering.
@@ -17,7 +14,7 @@ QUESTIONS = {
     "atomic": ("Q5: why a snapshot is written to another file, then renamed", "section 3, fault tolerance"),
     "rdzv_id": ("Q6: two agents given different rendezvous ids", "section 4, several machines"),
 }
-# The accepted answers, normalized (see ex1_0.normal) and stored as digests.
+# The accepted answers, normalized (see quiz.normal) and stored as digests.
 ACCEPTED = {
     "rank_on_node": {"a4a1ff9a8de1a81b5ba08a4770830718"},
     "restart": {"48edce6b17d091d0a588de388e7fdf61"},
@@ -27,17 +24,5 @@ ACCEPTED = {
     "rdzv_id": {"ebd9b1e45b85456a5b44704240e872fe"},
 }
 
-
-def digest(key: str, answer) -> str:
-    return hashlib.sha256(f"ddp-course 4.0 {key}: {normal(answer)}".encode()).hexdigest()[:32]
-
-
-EXERCISE = Exercise(
-    id="4.0",
-    title="concept check",
-    kind="function",
-    entry="ANSWERS",
-    harness=quiz.harness,
-    world_sizes=(1,),
-    checks=quiz.questions(4, QUESTIONS, ACCEPTED, digest),
-)
+digest = quiz.digest_of("4.0")
+EXERCISE = quiz.concept_check("4.0", QUESTIONS, ACCEPTED, digest)

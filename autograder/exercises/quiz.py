@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+from fractions import Fraction
 from typing import Callable
 
 from autograder.checks import Check
@@ -32,3 +35,31 @@ def questions(lesson: int, asked: dict[str, tuple[str, str]], accepted: dict[str
         return verify
 
     return [Check(name, 1, question(key, where)) for key, (name, where) in asked.items()]
+
+
+def normal(answer) -> str:
+    """An answer as it is compared: a number rounded to 2 decimals (3/7, 0.43, 43% alike), or a word."""
+    text = str(answer).strip().lower()
+    number = re.fullmatch(r"([-+]?[\d.]+(?:\s*/\s*[\d.]+)?)\s*(%|gb|mb|bytes|b)?", text)
+    if number:
+        try:
+            value = float(Fraction(number.group(1).replace(" ", "")))
+        except (ValueError, ZeroDivisionError):
+            return text
+        return f"{value / 100 if number.group(2) == '%' else value:.2f}"
+    return text.strip("()")
+
+
+def digest_of(exercise_id: str) -> Callable[[str, object], str]:
+    """How a concept check stores its accepted answers: a digest of the normalized answer."""
+    def digest(key: str, answer) -> str:
+        return hashlib.sha256(f"ddp-course {exercise_id} {key}: {normal(answer)}".encode()).hexdigest()[:32]
+    return digest
+
+
+def concept_check(exercise_id: str, asked: dict[str, tuple[str, str]], accepted: dict[str, set[str]], digest):
+    """The Exercise of a lesson's concept check: one point per question, the answers in ANSWERS."""
+    from autograder.exercises import Exercise
+
+    return Exercise(id=exercise_id, title="concept check", kind="function", entry="ANSWERS", harness=harness,
+                    world_sizes=(1,), checks=questions(int(exercise_id.split(".")[0]), asked, accepted, digest))
