@@ -271,12 +271,16 @@ def export(path: str, out: Path) -> dict:
 
 
 _EXPORT_LIMIT = 1000  # names of one checkpoint exported
+_EXPORT_DEPTH = 8  # levels of nesting walked: "optimizer.state.0.exp_avg" is three
 
 
 def _flatten(value, prefix: str, tensors: dict, values: dict):
     import torch
 
     if len(tensors) + len(values) >= _EXPORT_LIMIT:
+        return
+    if prefix.count(".") >= _EXPORT_DEPTH and isinstance(value, (dict, list, tuple)):
+        values[prefix] = f"<{type(value).__name__} nested deeper than {_EXPORT_DEPTH}>"  # not walked, not repr'd
         return
     if type(value).__name__ == "DTensor":  # one rank's shard of a distributed tensor: said, not read
         local = getattr(value, "_local_tensor", None)
@@ -286,7 +290,7 @@ def _flatten(value, prefix: str, tensors: dict, values: dict):
         if value.dtype.is_floating_point:
             tensors[prefix] = value
         return
-    if isinstance(value, dict) and prefix.count(".") < 8:
+    if isinstance(value, dict):
         for key, item in list(value.items())[:_EXPORT_LIMIT]:
             _flatten(item, f"{prefix}.{key}" if prefix else str(key), tensors, values)
         return

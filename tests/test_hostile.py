@@ -91,6 +91,15 @@ def test_a_pickled_checkpoint_is_never_unpickled(clean):
     assert report.score == 0
 
 
+def test_a_checkpoint_built_to_choke_its_reader_is_read_capped(clean):
+    report = grade("nested_checkpoint_3_3")
+    by_name = checks(report)
+    assert by_name["the checkpoint's model is the trained model and loads into a plain MLP"].status == "passed"
+    optimizer = by_name["the checkpoint's optimizer state loads into a plain Adam and continues the run exactly"]
+    assert optimizer.status == "failed" and "holds no Adam moments" in optimizer.message
+    assert not report.problem, report.problem  # no host lost, no crash
+
+
 def test_what_the_ranks_write_is_read_as_capped_plain_data(tmp_path):
     """A trace of the wrong kinds: a pickle as the snapshots, a link to a secret, a huge log, junk JSON."""
     from autograder import evidence

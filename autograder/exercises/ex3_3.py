@@ -229,6 +229,10 @@ def _optimizer_continues(runs):
             return problem
         arrays, values = found["arrays"], found.get("values", {})
         have = [i for i in range(len(sizes)) if all(f"optimizer.state.{i}.{m}" in arrays for m in MOMENTS)]
+        if not have:
+            return (f"world size {world.world_size}: the saved optimizer state holds no Adam moments, under "
+                    "optimizer.state.<index>.exp_avg and exp_avg_sq: save optimizer.state_dict() on rank 0, "
+                    "after consolidating")
         if len(have) < len(sizes):
             return (f"world size {world.world_size}: the saved optimizer state holds Adam's moments for "
                     f"{len(have)} of the {len(sizes)} parameters ({have[:6]}): one rank's shard, not the whole "
