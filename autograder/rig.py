@@ -46,6 +46,19 @@ def raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
+def record_call(rec, kind: str, function, *args, passes: tuple[type, ...] = ()) -> None:
+    """Call the student's `function`, then record a `kind` event: error None, or the error it raised as
+    one line (see `raised`), which the checks tell with the line it came from. Errors of the types
+    in `passes` go on up (NotImplementedError: the exercise is not started)."""
+    try:
+        function(*args)
+        rec.event(kind, error=None)
+    except passes:
+        raise
+    except Exception as exc:
+        rec.event(kind, error=raised(exc))
+
+
 def number(value) -> float | None:
     """What a student's function returned, as a float when it is one number (a one-element tensor too), else None."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
