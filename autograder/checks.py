@@ -98,7 +98,7 @@ def _enough(completed: Runs, runs: Runs) -> bool:
 
 def _could_not_judge(check: Check, broken: WorldRun) -> CheckResult:
     status = "timeout" if broken.hung or broken.timed_out else "error"
-    return check.result(status, f"not judged: world size {broken.world_size} did not complete (see above)")
+    return check.result(status, f"not judged: {broken.label} did not complete (see above)")
 
 
 def gate(exercise, runs: Runs) -> str | None:
@@ -150,7 +150,7 @@ def first_records(world: WorldRun, kind: str, what: str) -> tuple[dict[int, dict
         if event is None:
             continue  # the rank never got this far: told as a crash
         if event.get("error"):
-            return held, f"world size {world.world_size}: on rank {r.rank}, {what} raised {event['error']}"
+            return held, f"{world.label}: on rank {r.rank}, {what} raised {event['error']}"
         held[r.rank] = event
     return held, None
 
@@ -159,16 +159,16 @@ def params_identical_across_ranks(runs: Runs, atol: float = 1e-6) -> str | None:
     for world in runs:
         base = world.ranks[0].snapshots
         if not base and world.world_size > 1:
-            return f"world size {world.world_size}: no trained parameters were seen on rank 0 (no optimizer step)"
+            return f"{world.label}: no trained parameters were seen on rank 0 (no optimizer step)"
         for r in world.ranks[1:]:
             if len(r.snapshots) != len(base):
-                return (f"world size {world.world_size}: rank 0 took {len(base)} steps but rank {r.rank} "
+                return (f"{world.label}: rank 0 took {len(base)} steps but rank {r.rank} "
                         f"took {len(r.snapshots)}")
             for step, ((label, a), (_, b)) in enumerate(zip(base, r.snapshots)):
                 gap = (a - b).abs().max().item()
                 if gap > atol:
                     nth = sum(1 for other, _ in base[:step + 1] if other == label)
-                    return (f"world size {world.world_size}: at {label} #{nth}, rank {r.rank}'s parameters "
+                    return (f"{world.label}: at {label} #{nth}, rank {r.rank}'s parameters "
                             f"differ from rank 0's by up to {gap:.3g}")
     return None
 
@@ -189,14 +189,14 @@ def matches_reference(runs: Runs, reference: Callable[[WorldRun], torch.Tensor],
     for world in runs:
         got = world.ranks[0].final_params()
         if got is None:
-            return f"world size {world.world_size}: rank 0 never stepped an optimizer, so there is nothing to compare"
+            return f"{world.label}: rank 0 never stepped an optimizer, so there is nothing to compare"
         want = reference(world)
         if got.shape != want.shape:
-            return f"world size {world.world_size}: the trained model has {got.numel()} parameters, the reference {want.numel()}"
+            return f"{world.label}: the trained model has {got.numel()} parameters, the reference {want.numel()}"
         if not torch.allclose(got, want, rtol=rtol, atol=atol):
             gap = (got - want).abs().max().item()
             ratio = _ratio(got, want, runs, world)
-            return (f"world size {world.world_size}: rank 0's final parameters differ from {what} by up to {gap:.3g}"
+            return (f"{world.label}: rank 0's final parameters differ from {what} by up to {gap:.3g}"
                     + (f" ({ratio})" if ratio else ""))
     return None
 
@@ -227,12 +227,12 @@ def every_rank_calls_the_same_collectives(runs: Runs) -> str | None:
         for r, event in stuck:
             others = [o.rank for o in world.ranks if o.rank != r.rank and _calls(o).count(event["op"]) < _calls(r).count(event["op"])]
             if others:
-                return (f"world size {world.world_size}: rank {r.rank} waits in {event['op']} called at "
+                return (f"{world.label}: rank {r.rank} waits in {event['op']} called at "
                         f"{event['caller']}, which rank(s) {', '.join(map(str, others))} never called")
         sequences = {r.rank: _calls(r) for r in world.ranks if r.finished}
         if len(set(map(tuple, sequences.values()))) > 1:
             detail = "; ".join(f"rank {k}: {', '.join(v) or 'none'}" for k, v in sequences.items())
-            return f"world size {world.world_size}: the ranks called different collectives ({detail})"
+            return f"{world.label}: the ranks called different collectives ({detail})"
     return None
 
 

@@ -28,7 +28,7 @@ def describe_problem(worlds: list[WorldRun], student: Path) -> str:
 
 def summary(world: WorldRun) -> str:
     """One line saying why this launch did not complete: a crash first, then a deadlock, then the time limit."""
-    head = f"world size {world.world_size}"
+    head = world.label
     if world.host_failure:
         return f"{head}: the grader lost the ranks: {world.host_failure.splitlines()[0][:300]}"
     culprit = world.culprit()

@@ -180,20 +180,23 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
     target = ({"kind": "script", "student": str(student)} if exercise.kind == "script" else
               {"kind": "function", "student": str(student), "exercise": exercise.id, "params": exercise.params(seed)})
     worlds = []
-    for size in sizes:
-        progress(f"exercise {exercise.id}: world size {size} ...")
-        layout = (exercise.layout or Layout)(size)
+    for k, (layout, job) in enumerate(_launches(exercise, sizes)):
+        label = job.name if job else f"world size {layout.world_size}"
+        progress(f"exercise {exercise.id}: {label} ...")
         try:
-            result = host.launch(target, layout, root / f"world{size}", backend=backend, timeout=timeout,
-                                 quiet=exercise.quiet)
+            if job is None:
+                result = host.launch(target, layout, root / f"world{layout.world_size}", backend=backend,
+                                     timeout=timeout, quiet=exercise.quiet)
+            else:
+                result = host.job(job.request(str(student), backend), layout, root / f"job{k}", timeout=timeout,
+                                  quiet=exercise.quiet)
         except HostFailed as exc:
             return report(exercise.same_result("error", "not judged: the grader lost the ranks", backend),
                           f"The rank host failed: {exc}")
-        world = load(result)
-        _export_checkpoints(host, world)
+        world = load(result, job.name if job else "")
+        _export_checkpoints(host, world, [world.workdir / "run" / name for name in exercise.exported] if job else [])
         worlds.append(world)
-        progress(f"exercise {exercise.id}: world size {size} {'done' if world.complete else 'FAILED'} "
-                 f"in {world.elapsed:.1f} s")
+        progress(f"exercise {exercise.id}: {label} {'done' if world.complete else 'FAILED'} in {world.elapsed:.1f} s")
         if _not_started(world):
             return report(exercise.same_result("failed", NOT_STARTED, backend), _not_started_text(exercise), True)
         if world.timed_out:
@@ -205,6 +208,14 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
     return done
 
 
+def _launches(exercise, sizes):
+    """(layout, job) for each launch: the exercise's torchrun jobs of those sizes, else a forked launch
+    (job None) per world size."""
+    if exercise.jobs:
+        return [(job.layout, job) for job in exercise.jobs if job.world_size in sizes]
+    return [((exercise.layout or Layout)(size), None) for size in sizes]
+
+
 def _timeline(exercise, worlds) -> dict | None:
     """The launch to draw: the first that did not complete (where each rank stopped), else the largest."""
     from autograder.timeline import of_world
@@ -212,13 +223,14 @@ def _timeline(exercise, worlds) -> dict | None:
     world = next((w for w in worlds if not w.complete), None) or max(worlds, key=lambda w: w.world_size)
     if world.world_size == 1 and world.complete:
         return None  # one rank alone shows no distributed behaviour
-    drawn = of_world(world, f"Your run at world size {world.world_size}", exercise.timeline_between)
+    drawn = of_world(world, f"Your run at {world.label}", exercise.timeline_between)
     return drawn.to_dict() if drawn else None
 
 
-def _export_checkpoints(host: RankHost, world):
-    """Every file a rank saved with torch.save, read back by the host as plain arrays."""
-    paths = list(dict.fromkeys(e["path"] for r in world.ranks for e in r.of("save") if isinstance(e.get("path"), str)))
+def _export_checkpoints(host: RankHost, world, named: list[Path] = ()):
+    """Every file a rank saved with torch.save, and the files ``named``, read back by the host as plain arrays."""
+    paths = list(dict.fromkeys([str(p) for p in named] + [
+        e["path"] for r in world.ranks for e in r.of("save") if isinstance(e.get("path"), str)]))
     from autograder import files
 
     folder = files.Folder(world.workdir)

@@ -143,6 +143,17 @@ class WorldRun:
     host_failure: str = ""
     exports: dict[str, dict] = field(default_factory=dict)  # path a rank saved to -> what it held
     stopped_at: float | None = None  # when the grader stopped a hang (wall clock, as the trace's times)
+    # A torchrun job: its name, every attempt's ranks (the last is `ranks`), each agent's exit code
+    # (None: stopped by the grader) and what the agents printed.
+    job: str = ""
+    attempts: list[list[RankRecord]] = field(default_factory=list)
+    agents: dict[int, int | None] = field(default_factory=dict)
+    agent_output: str = ""
+
+    @property
+    def label(self) -> str:
+        """How a report names this launch: "world size 2", or the job's own name."""
+        return self.job or f"world size {self.world_size}"
 
     @property
     def world_size(self) -> int:
@@ -154,7 +165,7 @@ class WorldRun:
 
     @property
     def complete(self) -> bool:
-        return not self.host_failure and all(r.ok for r in self.ranks)
+        return not self.host_failure and all(r.ok for r in self.ranks) and all(c == 0 for c in self.agents.values())
 
     def abandoned(self) -> RankRecord | None:
         """A rank that failed inside a collective after other ranks finished without calling it.
@@ -174,19 +185,28 @@ class WorldRun:
         return own[0] if own else None
 
 
-def load(launch: LaunchResult) -> WorldRun:
-    folder = files.Folder(launch.workdir)
+def load(launch: LaunchResult, job: str = "") -> WorldRun:
+    if launch.attempts or job:
+        attempts = [_ranks(a.folder, a.ranks, a.events, a.events_sha256) for a in launch.attempts]
+        ranks = attempts[-1] if attempts else [RankRecord(e.rank, e.exitcode, "", "") for e in launch.ranks]
+    else:
+        attempts, ranks = [], _ranks(launch.workdir, launch.ranks, launch.events, launch.events_sha256)
+    return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
+                    launch.timeout, launch.host_failure, stopped_at=launch.stopped_at, job=job, attempts=attempts,
+                    agents=launch.agents, agent_output=launch.agent_output)
+
+
+def _ranks(path: Path, exits, events: dict, digests: dict) -> list[RankRecord]:
+    folder = files.Folder(path)
     try:
-        ranks = [_rank(folder, launch, exit) for exit in launch.ranks]
+        return [_rank(folder, exit, events, digests) for exit in exits]
     finally:
         folder.close()
-    return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
-                    launch.timeout, launch.host_failure, stopped_at=launch.stopped_at)
 
 
-def _rank(folder: files.Folder, launch: LaunchResult, exit) -> RankRecord:
+def _rank(folder: files.Folder, exit, events: dict, digests: dict) -> RankRecord:
     rec = RankRecord(exit.rank, exit.exitcode, exit.output, exit.stack, order=exit.order)
-    rec.events = launch.events.get(exit.rank, [])
+    rec.events = events.get(exit.rank, [])
     data = folder.read_json(f"rank{exit.rank}.result.json")
     if not isinstance(data, dict):
         return rec
@@ -196,7 +216,7 @@ def _rank(folder: files.Folder, launch: LaunchResult, exit) -> RankRecord:
     rec.result = data.get("result")
     tampered = data.get("tampered")
     rec.tampered = [str(t) for t in tampered] if isinstance(tampered, list) else ["the trace"]
-    if data.get("events_sha256") != launch.events_sha256.get(exit.rank):
+    if data.get("events_sha256") != digests.get(exit.rank):
         rec.tampered.append("the event log was written to by the submission")
     labels = data.get("snapshot_labels")
     if isinstance(labels, list) and labels:

@@ -27,6 +27,16 @@ class Folder:
         self.path = path
         self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
 
+    def sub(self, name: str) -> Folder | None:
+        """The directory ``name`` in this one, as a Folder of its own; None if missing or a link."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+        except OSError:
+            return None
+        folder = Folder.__new__(Folder)
+        folder.path, folder.fd = self.path / name, fd
+        return folder
+
     def open(self, name: str) -> int | None:
         """A descriptor for the regular file ``name``, or None (missing, a link, a device, ...)."""
         try:

@@ -9,6 +9,11 @@ with JSON lines: requests on the host's stdin, answers on its stdout.
         -> {"started": pids}, then {"exit": rank, "code": c} as each rank ends, then {"done": true}
     {"op": "stop", "stacks": [ranks]}            ask those ranks for their Python stack, then kill all
     {"op": "export", "path", "out"}              read a checkpoint a rank saved, write it as plain data
+    {"op": "job", "workdir", "cwd", "agents", "script", "args", "env", "limits"}
+        a torchrun job (jobs.py): one agent per entry of "agents" (torchrun's options; None: the script
+        under plain python), each forked from here and running torchrun's own main()
+        -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
+           {"agent": i, "code": c} as each agent ends, then {"done": true}
 
 The host has imported torch once, so each rank is *forked* from it in a few milliseconds.
 A forked rank leads a process group of its own and dies with the host; sends its output to
@@ -62,6 +67,9 @@ class Host:
         self.sandboxed = sandboxed
         self.ranks: dict[int, int] = {}  # pid -> rank, for the launch in progress
         self.workdir: Path | None = None
+        self.agents: dict[int, int] = {}  # pid -> agent index, for the job in progress
+        self.workers: dict[tuple[int, int], int] = {}  # (attempt, rank) -> pid, of the job in progress
+        self.last_scan = 0.0
 
     def say(self, **message):
         self.out.write(json.dumps(message) + "\n")
@@ -71,7 +79,7 @@ class Host:
         while True:
             # Read the descriptor itself: a buffered readline could take two requests at once and
             # leave the second where select() never sees it.
-            ready, _, _ = select.select([fd], [], [], 0.005 if self.ranks else None)
+            ready, _, _ = select.select([fd], [], [], 0.005 if self.ranks or self.agents else None)
             if ready:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
@@ -82,6 +90,7 @@ class Host:
                     if line.strip():
                         self.handle(json.loads(line))
             self.reap()
+            self.reap_job()
         self.kill_all()
 
     def handle(self, request: dict):
@@ -97,6 +106,8 @@ class Host:
                 self.launch(request)
             elif op == "stop":
                 self.stop(request.get("stacks", []))
+            elif op == "job":
+                self.job(request)
             elif op == "export":
                 self.say(exported=export(request["path"], Path(request["out"])))
         except Exception:
@@ -147,9 +158,84 @@ class Host:
     def finish(self):
         self.kill_strays()
         self.store = None
+        self.workers = {}
         self.say(done=True)
 
+    def job(self, request: dict):
+        self.workdir = Path(request["workdir"])
+        self.workers, self.last_scan = {}, 0.0
+        sys.stdout.flush()
+        for index, options in enumerate(request["agents"]):
+            pid = os.fork()
+            if pid == 0:
+                agent_main(index, options, request)  # never returns
+            try:
+                os.setpgid(pid, pid)
+            except (PermissionError, ProcessLookupError):
+                pass
+            self.agents[pid] = index
+        self.say(started={str(index): pid for pid, index in self.agents.items()})
+
+    def reap_job(self):
+        if not self.agents and not self.workers:
+            return
+        now = time.monotonic()
+        if now - self.last_scan > 0.05:
+            self.last_scan = now
+            self.scan_workers()
+        for pid, index in list(self.agents.items()):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                del self.agents[pid]
+                self.say(agent=index, code=os.waitstatus_to_exitcode(status), t=time.time())
+        if not self.agents:
+            deadline = time.monotonic() + 2.0  # workers die with their agent: let their ends be seen
+            while self.scan_workers() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.kill_job()
+            self.finish()
+
+    def scan_workers(self) -> bool:
+        """Learn the workers that started (their pid files) and report those that ended; True while some run."""
+        for path in self.workdir.glob("attempt*/rank*.pid"):
+            try:
+                key = (int(path.parent.name.removeprefix("attempt")), int(path.stem.removeprefix("rank")))
+                if key not in self.workers:
+                    self.workers[key] = int(path.read_text()[:20])
+            except (OSError, ValueError):
+                continue
+        running = False
+        for (attempt, rank), pid in list(self.workers.items()):
+            if pid and _alive(pid):
+                running = True
+                continue
+            self.workers[(attempt, rank)] = 0  # reported
+            if pid:
+                self.say(exit=rank, attempt=attempt, code=_exit_code(self.workdir / f"attempt{attempt}" / f"rank{rank}.exit"))
+        return running
+
+    def kill_job(self):
+        mine = set(_descendants(os.getpid()))
+        for pid in list(self.agents):
+            _signal(-pid, signal.SIGKILL)
+        for pid in [p for p in self.workers.values() if p in mine] + list(self.agents):
+            _signal(pid, signal.SIGKILL)
+        while self.agents:
+            for pid, index in list(self.agents.items()):
+                try:
+                    done, status = os.waitpid(pid, 0)
+                except ChildProcessError:
+                    done, status = pid, 0
+                del self.agents[pid]
+                self.say(agent=index, code=None)
+        self.scan_workers()
+
     def stop(self, stacks: list[int]):
+        if self.agents:
+            return self.stop_job(stacks)
         wanted = {pid: rank for pid, rank in self.ranks.items() if rank in stacks}
         for pid in wanted:
             _signal(pid, signal.SIGUSR1)
@@ -160,7 +246,27 @@ class Host:
         time.sleep(0.05)  # let the last dump finish writing
         self.kill_all()
 
+    def stop_job(self, stacks: list[int]):
+        """Stacks from the latest attempt's workers that still run, then the whole job killed."""
+        self.scan_workers()
+        latest = max((a for a, _ in self.workers), default=0)
+        mine = set(_descendants(os.getpid()))
+        wanted = {pid: rank for (attempt, rank), pid in self.workers.items()
+                  if attempt == latest and rank in stacks and pid in mine}
+        for pid in wanted:
+            _signal(pid, signal.SIGUSR1)
+        folder = self.workdir / f"attempt{latest}"
+        deadline = time.monotonic() + 1.0
+        while wanted and time.monotonic() < deadline and not all(
+                _size(folder / f"rank{rank}.stack") for rank in wanted.values()):
+            time.sleep(0.02)
+        time.sleep(0.05)
+        self.kill_job()
+        self.finish()
+
     def kill_all(self):
+        if self.agents:
+            self.kill_job()
         for pid in self.ranks:
             _signal(-pid, signal.SIGKILL)
             _signal(pid, signal.SIGKILL)
@@ -172,10 +278,18 @@ class Host:
         """Whatever the ranks started and left behind: setsid'd children, daemons, orphans."""
         if self.sandboxed:
             _signal(-1, signal.SIGKILL)  # our own PID namespace: everything but us and its init
+            deadline = time.monotonic() + 2.0  # gone, not only signalled, before the launch is said to be over
+            while _others_in_namespace() and time.monotonic() < deadline:
+                self._reap_any()
+                time.sleep(0.01)
         else:
             for pid in _descendants(os.getpid()):
                 _signal(pid, signal.SIGKILL)
-        while True:  # reap what was reparented to us
+        self._reap_any()
+
+    def _reap_any(self):
+        """Reap whatever of ours has ended (what was reparented to us too)."""
+        while True:
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:
                     break
@@ -231,6 +345,64 @@ def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: d
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def agent_main(index: int, options: list[str] | None, request: dict):
+    """One agent of a job, in a child of the host: torchrun's own main() with ``options``, its entry
+    point autograder.worker; or, with no options, the worker itself: the script under plain python."""
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _limit(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
+        log = os.open(Path(request["workdir"]) / f"agent{index}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
+        os.environ["AUTOGRADER_TRACE"] = request["workdir"]
+        os.chdir(request["cwd"])
+        entry = [str(request["script"]), *map(str, request.get("args", []))]
+        if options is None:
+            from autograder import worker
+
+            worker.main(entry)  # ends this process
+        from torch.distributed.run import main as torchrun
+
+        sys.argv = ["torchrun", *options, "-m", "autograder.worker", *entry]
+        torchrun([*options, "-m", "autograder.worker", *entry])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def _exit_code(path: Path) -> int | None:
+    """The exit code a worker wrote as it ended by itself; None if it did not (a signal ended it)."""
+    try:
+        return int(path.read_text()[:12])
+    except (OSError, ValueError):
+        return None
 
 
 def _limit(limits: dict, backend: str):
@@ -301,6 +473,12 @@ def _flatten(value, prefix: str, tensors: dict, values: dict):
     from autograder.trace import plain
 
     values[prefix] = plain(value)
+
+
+def _others_in_namespace() -> bool:
+    """Inside the sandbox's PID namespace: a process other than its init (bwrap) and this host still exists."""
+    mine = {1, os.getpid()}
+    return any(entry.isdigit() and int(entry) not in mine for entry in os.listdir("/proc"))
 
 
 def _descendants(root: int) -> list[int]:

@@ -90,10 +90,26 @@ class LaunchResult:
     stopped_at: float | None = None  # wall-clock time (as in the trace) the grader stopped a hang
     events: dict[int, list[dict]] = field(default_factory=dict)
     events_sha256: dict[int, str] = field(default_factory=dict)  # of each rank's event file as read
+    # A torchrun job (jobs.py): every attempt's workers, the last one's also in ranks/events above;
+    # each agent's exit code (None: stopped by the grader) and what the agents printed.
+    attempts: list[Attempt] = field(default_factory=list)
+    agents: dict[int, int | None] = field(default_factory=dict)
+    agent_output: str = ""
 
     @property
     def world_size(self) -> int:
         return self.layout.world_size
+
+
+@dataclass
+class Attempt:
+    """One start of a torchrun job's workers (torchrun starts them all again after a failure)."""
+
+    number: int
+    folder: Path
+    ranks: list[RankExit]
+    events: dict[int, list[dict]]
+    events_sha256: dict[int, str]
 
 
 def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -> dict[str, str]:
@@ -289,18 +305,50 @@ class RankHost:
         folder.close()
         return result
 
+    def job(self, request: dict, layout: Layout, workdir: Path, *, timeout: float = 60.0, quiet: float = 2.0,
+            limits: dict | None = None) -> LaunchResult:
+        """Run a torchrun job (see jobs.py) to its end: its agents, their workers, every attempt.
+        The workers' files go under ``workdir``, their working directory is ``workdir``/run."""
+        self.wait_ready()
+        for path in (workdir, workdir / "run"):
+            path.mkdir(parents=True, exist_ok=True)
+            if self.sandbox:
+                self.sandbox.own(path)
+        folder = files.Folder(workdir)
+        start = time.monotonic()
+        result = LaunchResult(layout, workdir, [], 0.0, timeout)
+        watch = JobWatch(layout.world_size, folder)
+        try:
+            self.send(op="job", workdir=str(workdir), cwd=str(workdir / "run"), limits=self._limits(limits or LIMITS),
+                      **request)
+            self._watch(watch, result, start, timeout, quiet)
+        except HostFailed as exc:
+            result.host_failure = str(exc)
+        watch.poll()
+        result.elapsed = time.monotonic() - start
+        result.attempts = watch.result()
+        if result.attempts:
+            last = result.attempts[-1]
+            result.ranks, result.events, result.events_sha256 = last.ranks, last.events, last.events_sha256
+        else:
+            result.ranks = [RankExit(r, None) for r in range(layout.world_size)]
+        result.agents = {i: watch.agents.get(i) for i in range(len(request["agents"]))}
+        result.agent_output = "\n".join(folder.read_text(f"agent{i}.log") for i in result.agents)
+        watch.close()
+        folder.close()
+        return result
+
     def _limits(self, limits: dict) -> dict:
         """The process limit counts every process of the user: only for a user of the sandbox's own."""
         own_user = self.sandbox is not None and self.sandbox.drop_privileges
         return {k: v for k, v in limits.items() if k != "processes" or own_user}
 
-    def _watch(self, watch: Watch, result: LaunchResult, start: float, timeout: float, quiet: float):
+    def _watch(self, watch, result: LaunchResult, start: float, timeout: float, quiet: float):
         done = False
         while not done:
             message = self.receive(0.05)
             while message is not None:
-                if "exit" in message:
-                    watch.exited(message["exit"], message.get("code"))
+                watch.take(message)
                 done = done or bool(message.get("done"))
                 message = self.receive(0) if not done else None
             if done:
@@ -314,7 +362,7 @@ class RankHost:
                     continue
                 result.stall = stall
             result.stopped_at = time.time()
-            self.send(op="stop", stacks=[r for r in range(result.world_size) if r not in watch.exits])
+            self.send(op="stop", stacks=watch.running())
             self._drain(watch)
             return
 
@@ -325,8 +373,7 @@ class RankHost:
             message = self.receive(max(deadline - time.monotonic(), 0))
             if message is None:
                 raise HostFailed("the rank host did not stop the ranks")
-            if "exit" in message:
-                watch.exited(message["exit"], None)
+            watch.take({**message, "code": None} if "exit" in message else message)
             if message.get("done"):
                 watch.poll()
                 return
@@ -343,6 +390,14 @@ class Watch:
         self.exits: dict[int, int | None] = {}
         self.order: list[int] = []
         self.last_progress = time.monotonic()
+
+    def take(self, message: dict):
+        """What the host said: a rank ended."""
+        if "exit" in message:
+            self.exited(message["exit"], message.get("code"))
+
+    def running(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.exits]
 
     def exited(self, rank, code):
         if isinstance(rank, int) and 0 <= rank < self.world_size and rank not in self.exits:
@@ -367,3 +422,56 @@ class Watch:
         if time.monotonic() - self.last_progress < quiet:
             return None
         return Stall({r: self.pending[r] for r in running}, list(self.order))
+
+
+class JobWatch:
+    """The same watch over a torchrun job: the workers of each attempt (attempt<K>/ under the job's
+    folder), and its agents. Only the latest attempt can stall: earlier ones are over."""
+
+    def __init__(self, world_size: int, folder: files.Folder):
+        self.world_size, self.folder = world_size, folder
+        self.attempts: list[tuple[files.Folder, Watch]] = []
+        self.agents: dict[int, int | None] = {}
+
+    def discover(self):
+        while len(self.attempts) < 64:
+            sub = self.folder.sub(f"attempt{len(self.attempts)}")
+            if sub is None:
+                return
+            self.attempts.append((sub, Watch(self.world_size, sub)))
+
+    def take(self, message: dict):
+        if "agent" in message and isinstance(message["agent"], int):
+            code = message.get("code")
+            self.agents[message["agent"]] = code if isinstance(code, int) else None
+        if "exit" in message:
+            self.discover()
+            attempt = message.get("attempt")
+            if isinstance(attempt, int) and 0 <= attempt < len(self.attempts):
+                self.attempts[attempt][1].exited(message["exit"], message.get("code"))
+
+    def poll(self):
+        self.discover()
+        for _, watch in self.attempts:
+            watch.poll()
+
+    def running(self) -> list[int]:
+        return self.attempts[-1][1].running() if self.attempts else []
+
+    def stalled(self, quiet: float) -> Stall | None:
+        return self.attempts[-1][1].stalled(quiet) if self.attempts else None
+
+    def result(self) -> list[Attempt]:
+        found = []
+        for k, (sub, watch) in enumerate(self.attempts):
+            ranks = [RankExit(r, watch.exits.get(r), sub.read_text(f"rank{r}.log"), sub.read_text(f"rank{r}.stack"),
+                              watch.order.index(r) if r in watch.order else None) for r in range(self.world_size)]
+            digests = {r: tail.digest.hexdigest() for r, tail in watch.tails.items() if not tail.overflow}
+            found.append(Attempt(k, sub.path, ranks, watch.events, digests))
+        return found
+
+    def close(self):
+        for sub, watch in self.attempts:
+            for tail in watch.tails.values():
+                tail.close()
+            sub.close()

@@ -67,6 +67,9 @@ class Recorder:
         self._optimizer: weakref.ref | None = None
         self._patched: list[tuple[object, str, object]] = []
         self._forged = 0  # events the submission tried to record itself
+        # A fault a job plants (worker.py): called after each optimizer step, and in place of torch.save.
+        self.on_step = None
+        self.on_save = None
         self._digest = hashlib.sha256()  # of every line written: the grader compares it with the file
         self._log = open(workdir / f"rank{rank}.events", "w", buffering=1)
 
@@ -478,10 +481,25 @@ def _wrap_save(rec: Recorder):
             keys = [str(k) for k in obj.keys()] if isinstance(obj, dict) else None
             path = os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else None
             rec.event("save", path=path, keys=keys, type=type(obj).__name__, caller=caller())
-            return original(obj, f, *args, **kwargs)
+            if rec.on_save is not None:
+                out = rec.on_save(original, obj, f, args, kwargs)
+            else:
+                out = original(obj, f, *args, **kwargs)
+            rec.event("saved", path=path)
+            return out
+        return wrapper
+
+    def load(original):
+        def wrapper(f, *args, **kwargs):
+            if getattr(_calling, "active", False):
+                return original(f, *args, **kwargs)
+            path = os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else None
+            rec.event("load", path=path, caller=caller())
+            return original(f, *args, **kwargs)
         return wrapper
 
     _patch(rec, torch, "save", save)
+    _patch(rec, torch, "load", load)
 
 
 def _wrap_optimizer(rec: Recorder):
@@ -499,6 +517,8 @@ def _wrap_optimizer(rec: Recorder):
         if depth.n == 0:
             rec.snapshot("optimizer step", optimizer)
             rec.event("optimizer_step", optimizer=type(optimizer).__name__)
+            if rec.on_step is not None:
+                rec.on_step()
 
     register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)

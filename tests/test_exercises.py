@@ -26,6 +26,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.6": "the script runs to the end on every rank",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
+        "4.1": "every launch runs to the end: python, and torchrun with 1, 2 and 3 processes",
+        "4.2": "every job finishes: never interrupted, and after each kill",
         "3.3": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
         "3.5": "the code runs to the end on every rank at every world size",
@@ -62,6 +64,12 @@ BN_GLOBAL = ("parameters equal one process trained on the whole global batches",
 CONSOLIDATED = "consolidate_state_dict on every rank, then rank 0 alone saves"
 ZERO_MODEL = "the checkpoint's model is the trained model and loads into a plain MLP"
 ZERO_OPTIMIZER = "the checkpoint's optimizer state loads into a plain Adam and continues the run exactly"
+SHARE = "each rank draws its own share of the data: the launcher's rank and world size"
+SETTINGS = "settings from the command line: --epochs, --global-batch (all ranks together) and --out"
+SAME_MODEL = "every launch trains the same model as one process on the same global batches"
+LOADS = "after a restart every rank loads the snapshot before it trains"
+TWICE = "no completed epoch is trained twice: the restart resumes after the last whole snapshot"
+BIT_FOR_BIT = "after each kill the final weights equal the uninterrupted run's, bit for bit"
 MOMENTS = "Adam's two moments per rank: whole under DDP, whole tensors dealt out under ZeRO-1, sharded under FSDP"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
@@ -143,6 +151,18 @@ CAUGHT_BY = {
     ("3.6", "wrong_fsdp_ignores_rows"): {  # every part of FSDP's state is cut the same wrong way
         "parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP",
         "gradients per rank: like the parameters they belong to", MOMENTS},
+    ("4.1", "wrong_local_rank_argument"): {SHARE, SAME_MODEL, "exactly one writer in every launch: global rank 0"},
+    ("4.1", "wrong_hard_coded_world_size"): {RUNS["4.1"], SHARE, SETTINGS, SAME_MODEL},
+    ("4.1", "wrong_global_batch_per_rank"): {SETTINGS, SAME_MODEL},
+    ("4.1", "wrong_python_path_shuffles"): {SHARE, SAME_MODEL},
+    ("4.1", "wrong_mp_spawn"): {RUNS["4.1"], "under torchrun each worker joins one process group at the rank and size torchrun gave it"},
+    ("4.1", "wrong_barrier_on_rank0_only"): {RUNS["4.1"]},
+    ("4.2", "wrong_no_resume"): {LOADS, TWICE},
+    ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
+    ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
+    ("4.2", "wrong_restart_count_as_epoch"): {TWICE, BIT_FOR_BIT},
+    ("4.2", "wrong_every_rank_writes"): {"snapshots written by one rank: global rank 0"},
+    ("4.2", "wrong_written_in_place"): {RUNS["4.2"], "a snapshot is written atomically: a kill during the write leaves the last one whole"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},

@@ -192,7 +192,7 @@ def test_nothing_left_running(course):
 PROBLEM_SETS = {
     "01_parallelism.ipynb": ("ps1", {"1.3": ("wrong_loss_not_divided", 4), "1.4": ("wrong_no_f", 4)}),
     "03_syncbn_sharding.ipynb": ("ps3", {"3.1": ("wrong_plain_all_reduce", 3), "3.5": ("wrong_model_only", 3)}),
-    "04_torchrun.ipynb": ("ps4", {"4.0": ("wrong_restart_count_as_epoch", 1)}),
+    "04_torchrun.ipynb": ("ps4", {"4.0": ("wrong_restart_count_as_epoch", 1), "4.2": ("wrong_every_rank_writes", 1)}),
 }
 
 

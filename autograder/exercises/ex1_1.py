@@ -93,7 +93,7 @@ def _same_root(runs):
             other = next((e for e in r.of("collective") if e.get("op") == "broadcast" and e.get("caller")
                           and e.get("root") not in (0, None)), None)
             if other is not None:
-                return (f"world size {world.world_size}: rank {r.rank} broadcast with src={other['root']} at "
+                return (f"{world.label}: rank {r.rank} broadcast with src={other['root']} at "
                         f"{other['caller']}; the source must be rank 0 on every rank"
                         + (", not each rank's own rank (each would send and none receive)"
                            if other["root"] == r.rank else ""))
@@ -109,17 +109,17 @@ def _same_weights_as_rank_0(runs):
         for r in world.ranks:
             got = r.kept("after broadcast_parameters")
             if got is None:
-                return f"world size {world.world_size}: rank {r.rank}'s parameters were not recorded"
+                return f"{world.label}: rank {r.rank}'s parameters were not recorded"
             if torch.allclose(got, starts[0], **TOL):
                 continue
             owner = _whose(got, starts)
             if owner is not None:
-                return (f"world size {world.world_size}: after broadcast_parameters rank {r.rank} holds rank "
+                return (f"{world.label}: after broadcast_parameters rank {r.rank} holds rank "
                         f"{owner}'s initial weights, not rank 0's"
                         + (": it kept its own (broadcast from src=0 on every rank, not from its own rank)"
                            if owner == r.rank else ""))
             wrong = [name for name, part in blocks if not torch.allclose(got[part], starts[0][part], **TOL)]
-            return (f"world size {world.world_size}: after broadcast_parameters rank {r.rank}'s {', '.join(wrong)} "
+            return (f"{world.label}: after broadcast_parameters rank {r.rank}'s {', '.join(wrong)} "
                     f"differ(s) from rank 0's; the other parameters match")
 
 
@@ -169,7 +169,7 @@ def _frozen_parameter(runs):
         for r in world.ranks:
             problem = r.result.get("frozen") if isinstance(r.result, dict) else "returned nothing"
             if problem:
-                return f"world size {world.world_size}: with a frozen parameter, average_gradients {problem}"
+                return f"{world.label}: with a frozen parameter, average_gradients {problem}"
 
 
 def _work(runs):

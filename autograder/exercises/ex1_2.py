@@ -89,7 +89,7 @@ def _no_builtin_collective(runs):
             for case, events in sorted(r.windows("case", "case_done").items()):
                 used = [e for e in events if e.get("kind") == "collective" and e.get("caller")]
                 if used:
-                    return (f"world size {world.world_size}: rank {r.rank} called dist.{used[0]['op']} at "
+                    return (f"{world.label}: rank {r.rank} called dist.{used[0]['op']} at "
                             f"{used[0]['caller']}; build the all-reduce from send and recv alone")
 
 

@@ -167,7 +167,7 @@ def _loss_of_the_whole_batch(runs):
         for case, micro in enumerate(MICRO_BATCHES):
             want, _ = reference(seed, case)
             got = losses[case] if case < len(losses) else None
-            label = f"world size {world.world_size}, {micro} micro-batches"
+            label = f"{world.label}, {micro} micro-batches"
             if got is None:
                 return (f"{label}: the last rank (rank {last.rank}) returned no number; it returns the loss of the "
                         "whole batch (a float or a one-element tensor)")
@@ -188,7 +188,7 @@ def _received_without_grad(runs):
         for r in world.ranks[1:]:
             event = next((e for e in r.of("forward") if e.get("needs_grad") is False), None)
             if event is not None:
-                return (f"world size {world.world_size}: rank {r.rank}'s stage ran on activations that do not "
+                return (f"{world.label}: rank {r.rank}'s stage ran on activations that do not "
                         "require grad, so backward never computes their gradient to send back to rank "
                         f"{r.rank - 1}: call requires_grad_() on the tensor you receive")
 

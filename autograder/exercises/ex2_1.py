@@ -40,7 +40,7 @@ def _expected(r, backend: str) -> list[str]:
 def _initialized(runs):
     for world, r in each_rank(runs):
         if not r.result["initialized"]:
-            return f"world size {world.world_size}: rank {r.rank}: no process group after setup() returned"
+            return f"{world.label}: rank {r.rank}: no process group after setup() returned"
 
 
 def _backend(runs):
@@ -48,7 +48,7 @@ def _backend(runs):
     for world, r in each_rank(runs):
         called = r.first("init_process_group_called")
         if called and called["requested_backend"] not in (want, "None"):
-            return (f"world size {world.world_size}: rank {r.rank} asked for backend "
+            return (f"{world.label}: rank {r.rank} asked for backend "
                     f"{called['requested_backend']!r} on a machine where {want!r} is the one that works")
 
 
@@ -60,12 +60,12 @@ def _environment(runs):
             return f"setup() must return (rank, local_rank, world_size, device); it returned {got}"
         want = _expected(r, runs.backend)[:3]
         if got[:3] != want and sorted(got[:3]) == sorted(want) and len(set(want)) == 3:
-            return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} returned "
+            return (f"{world.label} ({world.layout.nodes} node(s)): rank {r.rank} returned "
                     f"({', '.join(got[:3])}), the launcher's numbers ({', '.join(want)}) in another order: setup() returns "
                     "(rank, local_rank, world_size, device)")
         for name, g, w in zip(names, got[:3], want):
             if g != w:
-                return (f"world size {world.world_size} ({world.layout.nodes} node(s)): rank {r.rank} "
+                return (f"{world.label} ({world.layout.nodes} node(s)): rank {r.rank} "
                         f"returned {name} {g}, but the launcher set {w}")
 
 
@@ -73,7 +73,7 @@ def _rendezvous(runs):
     for world, r in each_rank(runs):
         called = r.first("init_process_group_called")
         if called is None:
-            return f"world size {world.world_size}: rank {r.rank} never called init_process_group"
+            return f"{world.label}: rank {r.rank} never called init_process_group"
         if called["init_method"] not in (None, "env://"):
             return (f"rank {r.rank} passed init_method={called['init_method']!r}: a fixed address or port "
                     "collides with other jobs; the launcher already set MASTER_ADDR and MASTER_PORT")
@@ -83,7 +83,7 @@ def _device(runs):
     for world, r in each_rank(runs):
         got, want = r.result["returned"], _expected(r, runs.backend)
         if isinstance(got, list) and len(got) == 4 and got[3] != want[3]:
-            return f"world size {world.world_size}: rank {r.rank} returned device {got[3]}, expected {want[3]}"
+            return f"{world.label}: rank {r.rank} returned device {got[3]}, expected {want[3]}"
 
 
 def _bound_to_local_rank(runs):
@@ -91,7 +91,7 @@ def _bound_to_local_rank(runs):
         bound = [e["device"] for e in r.of("cuda_set_device")]
         want = "cuda:" + r.result["env"]["LOCAL_RANK"]
         if bound != [want]:
-            return f"world size {world.world_size}: rank {r.rank} called set_device with {bound or 'nothing'}, expected {want}"
+            return f"{world.label}: rank {r.rank} called set_device with {bound or 'nothing'}, expected {want}"
 
 
 EXERCISE = Exercise(

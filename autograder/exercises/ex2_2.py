@@ -37,7 +37,7 @@ def _disjoint_and_covering(runs):
         plain = [r for r in world.ranks if not r.result["distributed"]]
         for epoch in range(EPOCHS):
             shares = {r.rank: r.result["epochs"][epoch]["indices"] for r in world.ranks}
-            message = shares_disjoint_and_covering(shares, N, world.world_size, f"world size {world.world_size}, epoch {epoch}")
+            message = shares_disjoint_and_covering(shares, N, world.world_size, f"{world.label}, epoch {epoch}")
             if message and plain:
                 message += (f"; rank {plain[0].rank}'s loader draws from a {plain[0].result['sampler']}, "
                             "not a DistributedSampler, so it knows nothing of the other ranks")
@@ -49,9 +49,9 @@ def _order_changes(runs):
     for world in runs:
         orders = [world.ranks[0].result["epochs"][e]["indices"] for e in range(EPOCHS)]
         if orders[0] == sorted(orders[0]):
-            return f"world size {world.world_size}: rank 0 reads its share in index order: nothing is shuffled"
+            return f"{world.label}: rank 0 reads its share in index order: nothing is shuffled"
         if len({tuple(o) for o in orders}) < EPOCHS:
-            return (f"world size {world.world_size}: rank 0 saw the same order in two epochs although set_epoch "
+            return (f"{world.label}: rank 0 saw the same order in two epochs although set_epoch "
                     "was called: the shuffling does not depend on the epoch")
 
 
@@ -67,7 +67,7 @@ def _batch_size(runs):
     for world, r in each_rank(runs):
         sizes = r.result["epochs"][0]["batch_sizes"]
         if sizes and max(sizes) != BATCH:
-            return f"world size {world.world_size}: rank {r.rank}'s batches hold {max(sizes)} samples, asked for {BATCH}"
+            return f"{world.label}: rank {r.rank}'s batches hold {max(sizes)} samples, asked for {BATCH}"
 
 
 EXERCISE = Exercise(

@@ -56,16 +56,16 @@ def _backend(runs):
     for world, r in each_rank(runs):
         init = r.first("init_process_group")
         if init is None:
-            return f"world size {world.world_size}: rank {r.rank} never initialized a process group"
+            return f"{world.label}: rank {r.rank} never initialized a process group"
         if init["backend"] != runs.backend or init["world_size"] != world.world_size:
-            return (f"world size {world.world_size}: rank {r.rank} joined a {init['backend']} group of "
+            return (f"{world.label}: rank {r.rank} joined a {init['backend']} group of "
                     f"{init['world_size']} process(es)")
 
 
 def _wrapped_in_ddp(runs):
     for world, r in each_rank(runs):
         if not r.of("ddp"):
-            return f"world size {world.world_size}: rank {r.rank} never wrapped its model in DistributedDataParallel"
+            return f"{world.label}: rank {r.rank} never wrapped its model in DistributedDataParallel"
 
 
 def _ddp_device_ids(runs):
@@ -80,11 +80,11 @@ def _samples(runs):
     for world in runs:
         iters = {r.rank: r.of("sampler_iter") for r in world.ranks}
         if not all(iters.values()):
-            return (f"world size {world.world_size}: no DistributedSampler was iterated on rank "
+            return (f"{world.label}: no DistributedSampler was iterated on rank "
                     f"{min(k for k, v in iters.items() if not v)}: every rank trained on the whole dataset")
         for epoch in range(min(len(v) for v in iters.values())):
             shares = {rank: it[epoch]["indices"] for rank, it in iters.items()}
-            message = shares_disjoint_and_covering(shares, N, world.world_size, f"world size {world.world_size}, epoch {epoch}")
+            message = shares_disjoint_and_covering(shares, N, world.world_size, f"{world.label}, epoch {epoch}")
             if message:
                 return message
 
@@ -100,12 +100,12 @@ def _set_epoch_every_epoch(runs):
     for world, r in each_rank(runs):
         epochs = [e["epoch"] for e in r.of("sampler_iter")]
         if len(epochs) != EPOCHS:
-            return f"world size {world.world_size}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
+            return f"{world.label}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
         if epochs != list(range(EPOCHS)):
             called = [e.get("epoch") for e in r.of("set_epoch")]
             cause = (f"set_epoch was called with {called}, not with the epoch number" if called else
                      "set_epoch was never called")
-            return (f"world size {world.world_size}: rank {r.rank}'s sampler ran with epochs {epochs}: {cause}, "
+            return (f"{world.label}: rank {r.rank}'s sampler ran with epochs {epochs}: {cause}, "
                     "so the epochs repeat one order")
 
 
@@ -115,7 +115,7 @@ def _one_writer(runs):
         if writers != [0]:
             nodes = (f" ({world.layout.nodes} nodes of {world.layout.local_world_size}: local ranks "
                      f"{[world.layout.local_rank(w) for w in writers]})") if world.layout.nodes > 1 else ""
-            return (f"world size {world.world_size}{nodes}: torch.save was called by rank(s) {writers or 'none'}; "
+            return (f"{world.label}{nodes}: torch.save was called by rank(s) {writers or 'none'}; "
                     "exactly one writer, global rank 0, is expected")
 
 
@@ -123,7 +123,7 @@ def _checkpoint(world):
     """What rank 0 saved last, as the grader read it back: (keys, float tensors by key), or a problem."""
     saves = [e for e in world.ranks[0].of("save") if e.get("path")]
     if not saves:
-        return None, f"world size {world.world_size}: rank 0 saved nothing to a file"
+        return None, f"{world.label}: rank 0 saved nothing to a file"
     path = saves[-1]["path"]
     found = world.exports.get(path, {})
     if found.get("error") == "missing":
@@ -166,13 +166,13 @@ def _checkpoint_is_trained(runs):
         saved = torch.cat([torch.from_numpy(arrays[n]).flatten() for n in names])
         final = world.ranks[0].final_params()
         if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
-            return f"world size {world.world_size}: the checkpoint's weights are not the final trained weights"
+            return f"{world.label}: the checkpoint's weights are not the final trained weights"
 
 
 def _destroyed(runs):
     for world, r in each_rank(runs):
         if not r.of("destroy_process_group"):
-            return f"world size {world.world_size}: rank {r.rank} never called destroy_process_group()"
+            return f"{world.label}: rank {r.rank} never called destroy_process_group()"
 
 
 def layout(world_size: int) -> Layout:

@@ -46,20 +46,20 @@ def harness(student, rank, layout, rec, seed, **_):
 def _returns_a_number(runs):
     for world, r in each_rank(runs):
         if not isinstance(r.result, numbers.Real):
-            return f"world size {world.world_size}: rank {r.rank} returned {r.result}, not a number"
+            return f"{world.label}: rank {r.rank} returned {r.result}, not a number"
 
 
 def _same_on_every_rank(runs):
     for world in runs:
         values = [r.result for r in world.ranks]
         if len(set(values)) > 1:
-            return f"world size {world.world_size}: the ranks returned different accuracies {values}"
+            return f"{world.label}: the ranks returned different accuracies {values}"
 
 
 def _each_sample_once(runs):
     for world in runs:
         shares = {r.rank: [i for e in r.of("scored") for i in e["indices"]] for r in world.ranks}
-        label = f"world size {world.world_size}"
+        label = f"{world.label}"
         duplicated = [i for i, c in Counter(i for s in shares.values() for i in s).items() if c > 1]
         message = shares_disjoint_and_covering(shares, N, world.world_size, label)
         if message and duplicated and not all(len(set(s)) == N for s in shares.values()):
@@ -77,7 +77,7 @@ def _each_rank_scores_its_share(runs):
         fair = -(-N // world.world_size)
         for rank, share in shares.items():
             if not share or len(share) > 2 * fair:
-                return (f"world size {world.world_size}: rank {rank} scored {len(share)} of the {N} samples, "
+                return (f"{world.label}: rank {rank} scored {len(share)} of the {N} samples, "
                         f"where a fair share is about {fair}: the ranks did not split the work")
 
 
@@ -100,7 +100,7 @@ def _equals_single_process(runs):
         # float32 counts are fine; an average of per-rank accuracies is not
         if not isinstance(got, numbers.Real) or not any(abs(got - a) <= 1e-6 for a in accepted):
             shown = f"{got:.6f}" if isinstance(got, numbers.Real) else str(got)[:60]
-            return (f"world size {world.world_size}: rank 0 returned {shown}, but the model's accuracy over "
+            return (f"{world.label}: rank 0 returned {shown}, but the model's accuracy over "
                     f"the {len(everywhere)} samples the ranks scored is {want:.6f}")
 
 

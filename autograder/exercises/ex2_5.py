@@ -79,7 +79,7 @@ def _one_step_per_window(runs):
     for world, r in each_rank(runs):
         steps = len(r.of("optimizer_step"))
         if steps != WINDOWS:
-            return (f"world size {world.world_size}: rank {r.rank} stepped the optimizer {steps} times for "
+            return (f"{world.label}: rank {r.rank} stepped the optimizer {steps} times for "
                     f"{STEPS} micro-batches in windows of {ACCUM}; expected {WINDOWS} (windows of "
                     f"{', '.join(map(str, SIZES))}: the short last window is a window too)")
 
@@ -94,7 +94,7 @@ def _communicates_once_per_window(runs):
                 expected = [k == size - 1 for k in range(size)]
                 if window["synced"] != expected or window["reduces"] != 1:
                     pattern = "".join("S" if s else "n" for s in window["synced"])
-                    return (f"world size {world.world_size}: rank {r.rank}, window {n} of {size} micro-batch(es): "
+                    return (f"{world.label}: rank {r.rank}, window {n} of {size} micro-batch(es): "
                             f"DDP all-reduced the gradients {window['reduces']} time(s), expected once; forward "
                             f"passes synced/no_sync: {pattern or 'none'} (expected "
                             f"{''.join('S' if s else 'n' for s in expected)})"

@@ -264,10 +264,10 @@ def _one_all_reduce(runs):
             forward = [e for e in r.windows("call", "backward").get(None, []) if e.get("kind") == "enter"]
             other = [e for e in forward if e.get("call") != "all_reduce"]
             if other:
-                return (f"world size {world.world_size}: rank {r.rank} called {other[0].get('call')} in the forward "
+                return (f"{world.label}: rank {r.rank} called {other[0].get('call')} in the forward "
                         f"pass; one all-reduce carries everything batch norm needs")
             if len(forward) != 1:
-                return (f"world size {world.world_size}: rank {r.rank} called all_reduce {len(forward)} times in the "
+                return (f"{world.label}: rank {r.rank} called all_reduce {len(forward)} times in the "
                         "forward pass; one call on one tensor of the sums, the sums of squares and the count, "
                         "stacked, does it (each call costs a round trip)")
 

@@ -43,19 +43,19 @@ def _synchronized_when_wrapped(runs):
     for world, r in each_rank(runs):
         wrapped, final = _norms(r, "ddp"), _norms(r, "buffers")
         if wrapped is None:
-            return f"world size {world.world_size}: rank {r.rank} never wrapped its model in DDP"
+            return f"{world.label}: rank {r.rank} never wrapped its model in DDP"
         if not wrapped:
-            return (f"world size {world.world_size}: the model DDP wrapped on rank {r.rank} has no batch norm "
+            return (f"{world.label}: the model DDP wrapped on rank {r.rank} has no batch norm "
                     "layers: train make_bn_model's BNNet")
         plain = [f"{n['name']} ({n['type']})" for n in wrapped if not n.get("synchronized")]
         if not plain:
             continue
         later = final is not None and all(n.get("synchronized") for n in final)
         if later:
-            return (f"world size {world.world_size}: DDP wrapped the model on rank {r.rank} while {', '.join(plain)} "
+            return (f"{world.label}: DDP wrapped the model on rank {r.rank} while {', '.join(plain)} "
                     "were plain batch norm; they were converted only after: convert first, then wrap (DDP "
                     "inspects the layers it wraps when it is built, and refuses nn.SyncBatchNorm in a CPU model)")
-        return (f"world size {world.world_size}: inside the DDP model on rank {r.rank}, {', '.join(plain)} "
+        return (f"{world.label}: inside the DDP model on rank {r.rank}, {', '.join(plain)} "
                 f"{'is' if len(plain) == 1 else 'are'} not synchronized, so each rank normalizes with its own "
                 "batch's statistics there")
 
@@ -83,7 +83,7 @@ def reference(world) -> torch.nn.Module | None:
 
 
 def _no_sampler(world) -> str:
-    return (f"world size {world.world_size}: the ranks did not all draw their samples from a DistributedSampler "
+    return (f"{world.label}: the ranks did not all draw their samples from a DistributedSampler "
             "the same number of times, so the global batches they trained on are unknown")
 
 
@@ -104,13 +104,13 @@ def _running_statistics(runs):
             event = r.first("buffers")
             held = event.get("values") if event else None
             if not isinstance(held, dict) or set(held) != set(expected):
-                return (f"world size {world.world_size}: rank {r.rank}'s model at the end holds buffers "
+                return (f"{world.label}: rank {r.rank}'s model at the end holds buffers "
                         f"{sorted(held or {})[:4]}, not BNNet's running statistics")
             for name, values in expected.items():
                 got = torch.tensor(held[name], dtype=torch.float64)
                 if got.shape != values.shape or not torch.allclose(got, values, **TOL):
                     gap = (got - values).abs().max().item() if got.shape == values.shape else float("nan")
-                    return (f"world size {world.world_size}: rank {r.rank}'s {name} differs from one process's on "
+                    return (f"{world.label}: rank {r.rank}'s {name} differs from one process's on "
                             f"the whole global batches by up to {gap:.3g}: the running statistics must come from "
                             "every rank's samples")
 
@@ -131,19 +131,19 @@ def _checkpoint_loads_and_holds_the_run(runs):
         saved = torch.cat([torch.from_numpy(state["arrays"][n]).flatten() for n in names])
         final = world.ranks[0].final_params()
         if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
-            return f"world size {world.world_size}: the checkpoint's weights are not the final trained weights"
+            return f"{world.label}: the checkpoint's weights are not the final trained weights"
         held = (world.ranks[0].first("buffers") or {}).get("values") or {}
         for name in (k for k in want_keys if k.endswith(("running_mean", "running_var"))):
             got = torch.from_numpy(state["arrays"][name]).flatten()
             if name not in held or not torch.allclose(got, torch.tensor(held[name], dtype=torch.float64), atol=1e-6):
-                return f"world size {world.world_size}: the checkpoint's {name} is not the model's at the end"
+                return f"{world.label}: the checkpoint's {name} is not the model's at the end"
 
 
 def _pytorch_class_on_gpus(runs):
     for world, r in each_rank(runs):
         plain = [n["name"] for n in _norms(r, "ddp") or [] if n.get("type") != "SyncBatchNorm"]
         if plain:
-            return (f"world size {world.world_size}: on rank {r.rank}, {plain[0]} is not nn.SyncBatchNorm: on GPUs "
+            return (f"{world.label}: on rank {r.rank}, {plain[0]} is not nn.SyncBatchNorm: on GPUs "
                     "use PyTorch's own")
 
 

@@ -117,16 +117,16 @@ def _sharded(runs):
         owners = {i: [rank for rank, h in held.items() if str(i) in h] for i in range(total)}
         if world.world_size > 1 and all(len(o) == world.world_size for o in owners.values()):
             size = sum(held[0].values())
-            return (f"world size {world.world_size}: every rank holds optimizer state for all {total} parameters "
+            return (f"{world.label}: every rank holds optimizer state for all {total} parameters "
                     f"({size} bytes each), as a plain {kind} does: the state is not sharded")
         nowhere = [i for i, o in owners.items() if not o]
         if nowhere:
-            return (f"world size {world.world_size}: no rank holds optimizer state for parameter(s) {nowhere[:4]} "
+            return (f"{world.label}: no rank holds optimizer state for parameter(s) {nowhere[:4]} "
                     "after training: the optimizer keeps no Adam moments for them")
         shared = {i: o for i, o in owners.items() if len(o) > 1}
         if shared:
             i, o = next(iter(shared.items()))
-            return f"world size {world.world_size}: parameter {i}'s state is held by ranks {o}, not by one rank"
+            return f"{world.label}: parameter {i}'s state is held by ranks {o}, not by one rank"
 
 
 def steps_equal_adam(runs, label: str, steps: int) -> str | None:
@@ -137,12 +137,12 @@ def steps_equal_adam(runs, label: str, steps: int) -> str | None:
         for r in world.ranks:
             got = r.kept_all(label)
             if len(got) != len(want):
-                return (f"world size {world.world_size}: rank {r.rank} took {len(got)} optimizer steps, "
+                return (f"{world.label}: rank {r.rank} took {len(got)} optimizer steps, "
                         f"the harness asked for {len(want)}")
             for k, (a, b) in enumerate(zip(got, want)):
                 if not torch.allclose(a, b, **TOL):
                     where = max(parameter_blocks(MLP()), key=lambda nb: (a[nb[1]] - b[nb[1]]).abs().max())[0]
-                    return (f"world size {world.world_size}: after step {k + 1}, rank {r.rank}'s parameters differ "
+                    return (f"{world.label}: after step {k + 1}, rank {r.rank}'s parameters differ "
                             f"from plain Adam(lr={LR}) on one process by up to {(a - b).abs().max().item():.3g} "
                             f"(largest in {where})")
 
@@ -154,15 +154,15 @@ def _consolidated_then_one_writer(runs):
         for r in world.ranks:
             event = r.first("saved") or {}
             if event.get("error"):
-                return (f"world size {world.world_size}: on rank {r.rank}, save_checkpoint raised {event['error']}"
+                return (f"{world.label}: on rank {r.rank}, save_checkpoint raised {event['error']}"
                         + (_why_not_consolidated(r) if sharded and "consolidate" in event["error"] else ""))
         writers = sorted({r.rank for r in world.ranks if r.of("save")})
         if writers != [0]:
-            return (f"world size {world.world_size}: torch.save was called by rank(s) {writers or 'none'}; "
+            return (f"{world.label}: torch.save was called by rank(s) {writers or 'none'}; "
                     "exactly one writer, rank 0, is expected")
         missing = [r.rank for r in world.ranks if sharded and not _consolidated_before_save(r, world)]
         if missing:
-            return (f"world size {world.world_size}: rank(s) {missing} did not call consolidate_state_dict before "
+            return (f"{world.label}: rank(s) {missing} did not call consolidate_state_dict before "
                     "rank 0 saved: every rank sends its shard to rank 0")
 
 
@@ -188,10 +188,10 @@ def _saved(world) -> tuple[dict | None, str | None]:
         event = world.ranks[0].first("saved")
         why = (f" (save_checkpoint raised {event['error'].split(':')[0]}: see the check on consolidating)"
                if event and event.get("error") else "")
-        return None, f"world size {world.world_size}: rank 0 saved no checkpoint{why}"
+        return None, f"{world.label}: rank 0 saved no checkpoint{why}"
     found = world.exports.get(saves[-1]["path"], {})
     if found.get("type") != "dict":
-        return None, (f"world size {world.world_size}: the checkpoint is not a dict readable with "
+        return None, (f"{world.label}: the checkpoint is not a dict readable with "
                       f"torch.load(weights_only=True) ({found.get('error') or found.get('type')})")
     if sorted(found["keys"]) != ["model", "optimizer"]:
         return None, f"the checkpoint's keys are {found['keys'][:4]}, not 'model' and 'optimizer'"
@@ -212,7 +212,7 @@ def _model_saved(runs):
         saved = torch.cat([torch.from_numpy(found["arrays"][f"model.{n}"]).flatten() for n in want])
         trained = world.ranks[0].kept_all("optimizer step")
         if len(trained) < 2 or not torch.allclose(saved, trained[-2], atol=1e-6):
-            return f"world size {world.world_size}: the checkpoint's model is not the model as trained when it was saved"
+            return f"{world.label}: the checkpoint's model is not the model as trained when it was saved"
 
 
 def _optimizer_continues(runs):
@@ -226,11 +226,11 @@ def _optimizer_continues(runs):
         arrays, values = found["arrays"], found.get("values", {})
         have = [i for i in range(len(sizes)) if all(f"optimizer.state.{i}.{m}" in arrays for m in MOMENTS)]
         if not have:
-            return (f"world size {world.world_size}: the saved optimizer state holds no Adam moments, under "
+            return (f"{world.label}: the saved optimizer state holds no Adam moments, under "
                     "optimizer.state.<index>.exp_avg and exp_avg_sq: save optimizer.state_dict() on rank 0, "
                     "after consolidating")
         if len(have) < len(sizes):
-            return (f"world size {world.world_size}: the saved optimizer state holds Adam's moments for "
+            return (f"{world.label}: the saved optimizer state holds Adam's moments for "
                     f"{len(have)} of the {len(sizes)} parameters ({have[:6]}): one rank's shard, not the whole "
                     "state (consolidate_state_dict(to=0), then optimizer.state_dict() on rank 0)")
         model = make_mlp(0).double()
@@ -243,7 +243,7 @@ def _optimizer_continues(runs):
         for i, p in enumerate(model.parameters()):
             shape = arrays[f"optimizer.state.{i}.exp_avg"].shape
             if shape != tuple(p.shape):
-                return (f"world size {world.world_size}: the saved optimizer state {i} has shape {list(shape)}, "
+                return (f"{world.label}: the saved optimizer state {i} has shape {list(shape)}, "
                         f"parameter {i} of the model {list(p.shape)}: the state is numbered as one rank's shard, "
                         "not as the model's parameters (save the consolidated optimizer.state_dict())")
         adam = Adam(model.parameters(), lr=values.get("optimizer.param_groups.0.lr", LR))
@@ -258,7 +258,7 @@ def _optimizer_continues(runs):
         adam.step()
         run = world.ranks[0].kept_all("optimizer step")[-1]
         if not torch.allclose(flat(model), run, **TOL):
-            return (f"world size {world.world_size}: Adam on one process, loaded from the checkpoint, takes another "
+            return (f"{world.label}: Adam on one process, loaded from the checkpoint, takes another "
                     f"next step than the run (up to {(flat(model) - run).abs().max().item():.3g} apart)")
 
 

@@ -100,11 +100,11 @@ def _every_block_and_root(runs):
         fsdp = set((r.first("sharded") or {}).get("fsdp", []))
         missing = [b for b in BLOCKS if b not in fsdp]
         if missing:
-            return (f"world size {world.world_size}: on rank {r.rank}, block(s) {', '.join(missing)} have no "
+            return (f"{world.label}: on rank {r.rank}, block(s) {', '.join(missing)} have no "
                     "fully_shard of their own: the whole model is gathered at once, so no rank ever holds less "
                     "than all of it in the forward pass")
         if "" not in fsdp:
-            return (f"world size {world.world_size}: on rank {r.rank}, fully_shard was not called on the root "
+            return (f"{world.label}: on rank {r.rank}, fully_shard was not called on the root "
                     "model, after its blocks: the root schedules the blocks' gathers and frees")
 
 
@@ -113,7 +113,7 @@ def _trained_like_adam(runs):
     for world, r in each_rank(runs):
         got = r.kept_all("after step")
         if got and all(torch.equal(g, start) for g in got):
-            return (f"world size {world.world_size}: the parameters never changed in {STEPS} steps: the "
+            return (f"{world.label}: the parameters never changed in {STEPS} steps: the "
                     "optimizer holds tensors that are no longer the model's (fully_shard replaces every "
                     "parameter by a DTensor; an optimizer built before it steps the old ones)")
     return steps_equal_adam(runs, "after step", STEPS)  # to float rounding: FSDP sums in another order
@@ -123,10 +123,10 @@ def _one_writer(runs):
     for world in runs:
         failed = next((r for r in world.ranks if (r.first("saved") or {}).get("error")), None)
         if failed is not None:
-            return f"world size {world.world_size}: on rank {failed.rank}, save_full raised {failed.first('saved')['error']}"
+            return f"{world.label}: on rank {failed.rank}, save_full raised {failed.first('saved')['error']}"
         writers = sorted({r.rank for r in world.ranks if r.of("save")})
         if writers != [0]:
-            return (f"world size {world.world_size}: torch.save was called by rank(s) {writers or 'none'}; "
+            return (f"{world.label}: torch.save was called by rank(s) {writers or 'none'}; "
                     "exactly one writer, rank 0, is expected")
 
 
@@ -135,25 +135,25 @@ def _full_weights_saved(runs):
     for world in sorted(runs, key=lambda w: -w.world_size):  # a shard shows best where there are most ranks
         saves = [e for e in world.ranks[0].of("save") if e.get("path")]
         if not saves:
-            return f"world size {world.world_size}: rank 0 saved no checkpoint"
+            return f"{world.label}: rank 0 saved no checkpoint"
         found = world.exports.get(saves[-1]["path"], {})
         sharded = [k for k, v in found.get("values", {}).items() if isinstance(v, dict) and "DTensor" in v]
         if sharded or "DTensor" in str(found.get("error", "")):
-            return (f"world size {world.world_size}: the checkpoint holds DTensors, a sharded state dict: each is "
+            return (f"{world.label}: the checkpoint holds DTensors, a sharded state dict: each is "
                     f"rank 0's 1/{world.world_size} of a parameter, the other ranks' shards are not in it. Gather "
                     "the full state dict on every rank, then save it on rank 0")
         if found.get("type") != "dict":
-            return (f"world size {world.world_size}: the checkpoint is not a state dict readable with "
+            return (f"{world.label}: the checkpoint is not a state dict readable with "
                     f"torch.load(weights_only=True) ({found.get('error') or found.get('type')})")
         arrays = found["arrays"]
         wrong = [n for n, p in MLP().named_parameters() if n not in arrays or tuple(arrays[n].shape) != tuple(p.shape)]
         if wrong or sorted(found["keys"]) != sorted(names):
-            return (f"world size {world.world_size}: the checkpoint does not load into a plain MLP: keys "
+            return (f"{world.label}: the checkpoint does not load into a plain MLP: keys "
                     f"{found['keys'][:4]}" + (f", {wrong[0]} missing or of another shape" if wrong else ""))
         saved = torch.cat([torch.from_numpy(arrays[n]).flatten() for n in names])
         trained = world.ranks[0].kept_all("after step")
         if not trained or not torch.allclose(saved, trained[-1], atol=1e-6):
-            return f"world size {world.world_size}: the checkpoint's weights are not the model's after training"
+            return f"{world.label}: the checkpoint's weights are not the model's after training"
 
 
 EXERCISE = Exercise(

@@ -98,10 +98,10 @@ def _every_rank_saves_and_loads(runs):
                     continue  # the first job has nothing to load
                 if event.get("error"):
                     what = "save" if kind == "saved" else "load"
-                    return f"world size {world.world_size}: on rank {r.rank}, {what} raised {event['error']}"
+                    return f"{world.label}: on rank {r.rank}, {what} raised {event['error']}"
                 calls = [e for e in r.of("enter") if e.get("call") in (call, "dcp.async_save")]
                 if not calls:
-                    return (f"world size {world.world_size}: rank {r.rank} never called {call}: every rank writes "
+                    return (f"{world.label}: rank {r.rank} never called {call}: every rank writes "
                             "and reads its own shards of a distributed checkpoint")
 
 

@@ -147,10 +147,10 @@ def _predictions(world, r):
     for event in r.of("predicted"):
         scheme, value = event.get("scheme"), event.get("value")
         if event.get("error"):
-            return None, f"world size {world.world_size}: predict({scheme!r}, ...) raised {event['error']}"
+            return None, f"{world.label}: predict({scheme!r}, ...) raised {event['error']}"
         if not (isinstance(value, list) and len(value) == world.world_size
                 and all(isinstance(v, dict) and all(isinstance(v.get(p), (int, float)) for p in PARTS) for v in value)):
-            return None, (f"world size {world.world_size}: predict({scheme!r}, ...) returned {str(value)[:120]}, not "
+            return None, (f"{world.label}: predict({scheme!r}, ...) returned {str(value)[:120]}, not "
                           f"a list of {world.world_size} dicts with numbers for {', '.join(PARTS)}")
         got[scheme] = value
     return got, None
@@ -170,7 +170,7 @@ def _part(part: str):
                 said = [v[part] for v in predicted[scheme]]
                 if said != want:
                     seen = [_measured(o, scheme).get(part) for o in world.ranks]
-                    return (f"world size {world.world_size}, {scheme}: you predicted {said} bytes of {part} per rank; "
+                    return (f"{world.label}, {scheme}: you predicted {said} bytes of {part} per rank; "
                             f"the ranks measured {seen}")
     return verify
 

@@ -1,0 +1,221 @@
+"""Exercise 4.1: one training script for every launch, graded under the real torchrun.
+
+The script handed out is lesson 2's kind: it runs only under torchrun (it reads RANK from the
+environment unconditionally) and its settings are constants. The student makes it run unchanged as
+``python train.py`` and under ``torchrun`` with any number of processes, with its settings from its
+command line. The grader launches it four times (python; torchrun with 1, 2 and 3 processes) with
+settings other than the script's defaults, and checks that each launch trains the same model as one
+process on the same global batches.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from autograder import jobs
+from autograder.checks import Check, matches_reference, params_identical_across_ranks, runs_to_the_end, \
+    shares_disjoint_and_covering
+from autograder.exercises import Exercise
+from autograder.exercises.ex2_3 import _checkpoint
+from autograder.reference import flat, sampler_shares, trained_on_shares
+from ddpcourse import TinyNet, make_model, toy_dataset
+
+N, EPOCHS, GLOBAL_BATCH, LR, MOMENTUM, OUT = 96, 3, 12, 0.05, 0.9, "trained.pt"
+# What the grader passes: none of it is the script's default (2 epochs, batches of 16, lr 0.1, weights.pt).
+ARGS = ("--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--out", OUT)
+JOBS = (jobs.python(ARGS), jobs.standalone(1, ARGS), jobs.standalone(2, ARGS), jobs.standalone(3, ARGS))
+
+
+@functools.cache
+def reference() -> torch.Tensor:
+    """One process, SGD with momentum, on the global batches every launch draws: DistributedSampler's
+    order for (seed 0, epoch) is one permutation, and the ranks' k-th batches together are its k-th
+    slice of GLOBAL_BATCH samples, whatever the number of ranks."""
+    dataset = toy_dataset(n=N, seed=0)
+    shares = [sampler_shares(dataset, 1, epoch) for epoch in range(EPOCHS)]
+    return flat(trained_on_shares(lambda: make_model(0), dataset, shares, GLOBAL_BATCH, LR, momentum=MOMENTUM))
+
+
+def place(world, r) -> tuple[int, int, int]:
+    """(RANK, LOCAL_RANK, WORLD_SIZE) the launcher gave this worker: torchrun's variables, or 0, 0, 1 under python."""
+    env = (r.first("worker") or {}).get("env") or {}
+    if not env.get("RANK"):
+        return 0, 0, 1
+    return int(env["RANK"]), int(env.get("LOCAL_RANK") or 0), int(env.get("WORLD_SIZE") or 1)
+
+
+def under_python(world) -> bool:
+    return world.job == jobs.PYTHON
+
+
+def _work(runs):
+    trained = [len(r.of("sampler_iter")) for w in runs for r in w.ranks]
+    if not any(trained) and not any(r.of("optimizer_step") for w in runs for r in w.ranks):
+        return "no launch took a single optimizer step"
+    if EPOCHS not in trained:
+        return (f"no launch trained the {EPOCHS} epochs its command line asked for (--epochs {EPOCHS}): the settings "
+                "are still the script's constants. Read them with argparse")
+
+
+def _spawned(r) -> dict | None:
+    return next((e for e in r.of("enter") if e.get("call") in ("mp.spawn", "start_processes")), None)
+
+
+def _one_group_at_the_launchers_place(runs):
+    for world in runs:
+        for r in world.ranks:
+            spawn = _spawned(r)
+            if spawn is not None:
+                started = ("under plain python the script is a job of one process, and under torchrun one of the "
+                           "processes torchrun started" if under_python(world) else
+                           "torchrun already started one process per rank, so each of them started more")
+                return (f"{world.label}: rank {r.rank} called mp.spawn ({spawn.get('caller')}): {started}. "
+                        "Let the launcher start the processes: no mp.spawn")
+            rank, _, size = place(world, r)
+            asked = r.first("init_process_group_called")
+            joined = r.first("init_process_group")
+            if under_python(world):
+                if joined is not None and joined.get("world_size") != 1:
+                    return (f"{world.label}: the process joined a group of {joined.get('world_size')}: under plain "
+                            "python the script is a job of one")
+                continue
+            if asked is None:
+                return (f"{world.label}: rank {r.rank} never called init_process_group: under torchrun (RANK is set) "
+                        "each worker joins the job's process group")
+            forced = {k: asked[k] for k in ("rank", "world_size") if k in asked}
+            if forced and forced != {"rank": rank, "world_size": size}:
+                return (f"{world.label}: rank {r.rank} called init_process_group with "
+                        f"{', '.join(f'{k}={v}' for k, v in forced.items())}, but torchrun made this worker RANK {rank} "
+                        f"of WORLD_SIZE {size}: read them from the environment (or pass neither)")
+            if joined is not None and (joined.get("rank"), joined.get("world_size")) != (rank, size):
+                return (f"{world.label}: rank {r.rank} joined as rank {joined.get('rank')} of "
+                        f"{joined.get('world_size')}, not as torchrun's RANK {rank} of WORLD_SIZE {size}")
+
+
+def _own_share_of_the_data(runs):
+    for world in runs:
+        for r in world.ranks:
+            rank, _, size = place(world, r)
+            drawn = r.of("sampler_iter")
+            if not drawn:
+                return (f"{world.label}: rank {r.rank} drew no samples from a DistributedSampler. Use one in every "
+                        "launch, under python too (num_replicas=1, rank=0): then the order of the samples depends "
+                        "only on the seed and the epoch, and every launch trains on the same global batches")
+            given = (drawn[0].get("sampler_rank"), drawn[0].get("num_replicas"))
+            if given != (rank, size):
+                why = (" Every rank took rank 0: a --local_rank argument keeps its default under torchrun, which "
+                       "passes none. Read RANK and LOCAL_RANK from the environment" if given[0] == 0 and rank != 0
+                       else " A world size written into the script is wrong for every other launch: read WORLD_SIZE"
+                       if given[1] != size else "")
+                return (f"{world.label}: rank {r.rank}'s DistributedSampler was given rank={given[0]}, "
+                        f"num_replicas={given[1]}, but the launcher made this process rank {rank} of {size}.{why}")
+        epochs = min(len(r.of("sampler_iter")) for r in world.ranks)
+        for epoch in range(epochs):
+            shares = {r.rank: r.of("sampler_iter")[epoch].get("indices", []) for r in world.ranks}
+            problem = shares_disjoint_and_covering(shares, N, world.world_size, f"{world.label}, epoch {epoch}")
+            if problem:
+                return problem
+
+
+def _settings_from_the_command_line(runs):
+    for world in runs:
+        for r in world.ranks:
+            _, _, size = place(world, r)
+            epochs = [e.get("epoch") for e in r.of("sampler_iter")]
+            if epochs and epochs != list(range(EPOCHS)):  # no sampler at all: the data check says so
+                return (f"{world.label}: rank {r.rank} went through epochs {epochs}, but the command line said "
+                        f"--epochs {EPOCHS} (set_epoch(epoch) at the top of each)")
+            batches = {e.get("batch_size") for e in r.of("dataloader") if e.get("batch_size")}
+            if batches and batches != {GLOBAL_BATCH // size}:
+                return (f"{world.label}: rank {r.rank} loads batches of {sorted(batches)[0]}, but --global-batch "
+                        f"{GLOBAL_BATCH} is all ranks together: {GLOBAL_BATCH // size} per rank with {size} process(es)")
+        saved = [Path(e["path"]).name for e in world.ranks[0].of("save") if isinstance(e.get("path"), str)]
+        if saved and OUT not in saved:
+            return f"{world.label}: rank 0 saved to {saved[-1]}, not to the file the command line named (--out {OUT})"
+
+
+def _same_model_every_launch(runs):
+    want = reference()
+    return matches_reference(runs, lambda world: want,
+                             f"one process trained with --lr {LR} (SGD, momentum {MOMENTUM}) on the same global batches")
+
+
+def _one_writer(runs):
+    for world in runs:
+        writers = sorted({r.rank for r in world.ranks if r.of("save")})
+        if writers != [0]:
+            return (f"{world.label}: torch.save was called by rank(s) {writers or 'none'}; exactly one writer, "
+                    "global rank 0, is expected")
+
+
+def _file_holds_the_trained_model(runs):
+    names = [name for name, _ in TinyNet().named_parameters()]
+    want = list(TinyNet().state_dict())
+    for world in runs:
+        state, problem = _checkpoint(world)
+        if problem:
+            return problem
+        if sorted(state["keys"]) != sorted(want):
+            return (f"{world.label}: {OUT} holds keys {state['keys'][:3]}, not a plain TinyNet's state_dict "
+                    "(save the model itself, not the DDP wrapper)")
+        saved = torch.cat([torch.from_numpy(state["arrays"][n]).flatten() for n in names])
+        final = world.ranks[0].final_params()
+        if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
+            return f"{world.label}: {OUT} does not hold the final trained weights: save after the last epoch"
+
+
+def _destroyed(runs):
+    for world in runs:
+        for r in world.ranks:
+            if r.of("init_process_group") and not r.of("destroy_process_group"):
+                return f"{world.label}: rank {r.rank} never called destroy_process_group()"
+
+
+def _gpu_of_the_local_rank(runs):
+    for world in runs:
+        for r in world.ranks:
+            ddp = r.first("ddp")
+            _, local, _ = place(world, r)
+            if ddp and ddp.get("param_device") != f"cuda:{local}":
+                return (f"{world.label}: rank {r.rank} (LOCAL_RANK {local}) trains on {ddp.get('param_device')}: "
+                        f"each worker uses the GPU of its LOCAL_RANK")
+
+
+EXERCISE = Exercise(
+    id="4.1",
+    title="one script for every launch",
+    kind="script",
+    jobs=JOBS,
+    timeout=60.0,
+    warm_imports=("torch.distributed.run", "autograder.worker"),
+    expected=lambda seed: {"initial": flat(make_model(0))},
+    work=_work,
+    checks=[
+        runs_to_the_end("every launch runs to the end: python, and torchrun with 1, 2 and 3 processes", 3),
+        Check("under torchrun each worker joins one process group at the rank and size torchrun gave it", 2,
+              _one_group_at_the_launchers_place, needs="partial",
+              hint="init_process_group(backend) only when RANK is set; no mp.spawn, no rank or world size of your own"),
+        Check("each rank draws its own share of the data: the launcher's rank and world size", 2,
+              _own_share_of_the_data,
+              hint="DistributedSampler(dataset, num_replicas=world_size, rank=rank) with RANK and WORLD_SIZE from "
+                   "the environment (1 and 0 when they are not set)"),
+        Check("settings from the command line: --epochs, --global-batch (all ranks together) and --out", 2,
+              _settings_from_the_command_line,
+              hint="argparse; per-rank batch = global batch // world size"),
+        Check("parameters identical on all ranks after every optimizer step", 1, params_identical_across_ranks,
+              hint="wrap the model in DDP under torchrun"),
+        Check("every launch trains the same model as one process on the same global batches", 3,
+              _same_model_every_launch, hint="SGD(lr=args.lr, momentum=0.9) on cross_entropy, make_model(seed=0)"),
+        Check("exactly one writer in every launch: global rank 0", 1, _one_writer,
+              hint="if rank == 0: torch.save(...), with rank 0 under python too"),
+        Check("the file saved holds the trained weights of a plain TinyNet", 1, _file_holds_the_trained_model,
+              hint="torch.save(model.state_dict(), args.out) after the last epoch: the model, not the DDP wrapper"),
+        Check("process group destroyed at the end of every torchrun launch", 1, _destroyed,
+              hint="if distributed: dist.destroy_process_group()"),
+        Check("on GPUs each worker trains on the GPU of its LOCAL_RANK", 1, _gpu_of_the_local_rank, gpu_only=True,
+              hint="device = torch.device('cuda', local_rank) with LOCAL_RANK from the environment"),
+    ],
+)

@@ -1,0 +1,256 @@
+"""Exercise 4.2: survive a killed worker, with snapshots and a resume, under the real torchrun.
+
+The student adds to 4.1's script a snapshot (model, optimizer, epoch) written by rank 0 at the end of
+every epoch, and a resume from it when the job starts. The grader runs the script three times under
+``torchrun --max-restarts=2`` with two processes: never interrupted; with rank 1 killed (SIGKILL)
+in the middle of epoch 2; and with rank 0 killed while it writes its second file. Each killed job
+must finish after torchrun restarts it, with weights equal to the uninterrupted run's bit for bit,
+and without training again an epoch that a snapshot already held.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from autograder import jobs
+from autograder.checks import Check, runs_to_the_end
+from autograder.exercises import Exercise
+from ddpcourse import TinyNet
+
+N, EPOCHS, GLOBAL_BATCH, LR, OUT, SNAPSHOT = 96, 4, 12, 0.05, "trained.pt", "snapshot.pt"
+STEPS_PER_EPOCH = N // GLOBAL_BATCH
+STEPS = EPOCHS * STEPS_PER_EPOCH
+ARGS = ("--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--out", OUT,
+        "--snapshot", SNAPSHOT)
+KILLED_IN_EPOCH = {"rank": 1, "attempt": 0, "when": "step", "n": 2 * STEPS_PER_EPOCH + 3}
+KILLED_WRITING = {"rank": 0, "attempt": 0, "when": "save", "n": 2}
+JOBS = (
+    jobs.standalone(2, ARGS, restarts=2, name="torchrun, 2 processes, never interrupted"),
+    jobs.standalone(2, ARGS, restarts=2, fault=KILLED_IN_EPOCH, name="torchrun, 2 processes, rank 1 killed in epoch 2"),
+    jobs.standalone(2, ARGS, restarts=2, fault=KILLED_WRITING,
+                    name="torchrun, 2 processes, rank 0 killed while writing its 2nd file"),
+)
+
+
+def steps(r) -> list[torch.Tensor]:
+    """A rank's parameters after each of its optimizer steps, in order."""
+    return r.kept_all("optimizer step")
+
+
+def uninterrupted(runs):
+    return next((w for w in runs if not w.job.endswith(("epoch 2", "2nd file"))), None)
+
+
+def killed(runs):
+    return [w for w in runs if w.job.endswith(("epoch 2", "2nd file"))]
+
+
+def fault(world) -> dict | None:
+    """The kill as the worker recorded it, in the first attempt."""
+    first = world.attempts[0] if world.attempts else []
+    return next((e for r in first for e in r.of("fault")), None)
+
+
+def _work(runs):
+    if not any(r.of("optimizer_step") for w in runs for r in w.ranks):
+        return "no job took a single optimizer step"
+    saved = [e for w in runs for a in w.attempts for r in a for e in r.of("save")
+             if Path(str(e.get("path"))).name != OUT]
+    if not saved:
+        return (f"no snapshot was ever written: only {OUT}. This is the script as given; write a snapshot at the "
+                "end of every epoch, and resume from it when the job starts")
+
+
+def _restarted(runs):
+    for world in killed(runs):
+        if fault(world) is None:
+            what = ("rank 0 never wrote a 2nd file" if world.job.endswith("2nd file") else
+                    f"rank 1 never took step {KILLED_IN_EPOCH['n']}")
+            return (f"{world.label}: the grader had nothing to interrupt: {what}. Write a snapshot at the end of "
+                    "every epoch (rank 0), and train every epoch")
+        if len(world.attempts) < 2:
+            return f"{world.label}: torchrun did not start the workers again after the kill"
+        counts = {(r.first("worker") or {}).get("env", {}).get("TORCHELASTIC_RESTART_COUNT") for r in world.attempts[1]}
+        if counts != {"1"}:
+            return f"{world.label}: the restarted workers saw TORCHELASTIC_RESTART_COUNT {sorted(map(str, counts))}"
+
+
+def _snapshot(runs) -> tuple[dict | None, str | None]:
+    world = uninterrupted(runs)
+    found = world.exports.get(str(world.workdir / "run" / SNAPSHOT), {}) if world else {}
+    if found.get("error") == "missing":
+        return None, f"{world.label}: no {SNAPSHOT} after the run: keep the last snapshot (--snapshot names it)"
+    if "error" in found or found.get("type") != "dict":
+        return None, (f"{world.label}: {SNAPSHOT} could not be read with torch.load(weights_only=True) as a "
+                      f"dictionary ({found.get('error') or found.get('type')})")
+    return found, None
+
+
+def _snapshot_holds_model_optimizer_epoch(runs):
+    held, problem = _snapshot(runs)
+    if problem:
+        return problem
+    arrays, values = held.get("arrays", {}), held.get("values", {})
+    model = TinyNet()
+    names = {}
+    for name, p in model.named_parameters():
+        match = [k for k in arrays if (k == name or k.endswith("." + name)) and tuple(arrays[k].shape) == tuple(p.shape)
+                 and "momentum" not in k and not k.split(".")[0].startswith("optim")]
+        if not match:
+            return f"{SNAPSHOT} holds no {name} of TinyNet's shape: save model.state_dict() in it"
+        names[name] = match[0]
+    if not any("momentum_buffer" in k for k in arrays):
+        return (f"{SNAPSHOT} holds no optimizer state (SGD's momentum buffers): save optimizer.state_dict() too, or a "
+                "resumed run steps differently from an uninterrupted one")
+    if not any(isinstance(v, int) and not isinstance(v, bool) for k, v in values.items() if _not_optimizer(k)):
+        return f"{SNAPSHOT} holds no epoch number: save the epoch it finished, to resume after it"
+    final = uninterrupted(runs).ranks[0].final_params()
+    saved = torch.cat([torch.from_numpy(arrays[names[n]]).flatten() for n, _ in model.named_parameters()])
+    if final is None or saved.shape != final.shape or not torch.equal(saved, final):
+        return f"the last {SNAPSHOT} does not hold the weights after the last epoch: write it at the end of every epoch"
+
+
+def _not_optimizer(key: str) -> bool:
+    """A key outside an optimizer's state dict (whose param_groups hold integers of their own)."""
+    return ".param_groups." not in key and ".state." not in key
+
+
+def _one_writer(runs):
+    for world in runs:
+        for k, attempt in enumerate(world.attempts):
+            writers = sorted({r.rank for r in attempt if r.of("save")})
+            if writers and writers != [0]:
+                return (f"{world.label}, attempt {k}: torch.save was called by rank(s) {writers}: one rank, global "
+                        "rank 0, writes the snapshot (every rank holds the same weights)")
+
+
+def _atomic(runs):
+    world = next((w for w in runs if w.job.endswith("2nd file")), None)
+    event = fault(world) if world else None
+    if event is None:
+        return f"{world.label}: rank 0 never wrote a 2nd file, so no write could be interrupted" if world else None
+    path = event.get("path")
+    target = str(world.workdir / "run" / SNAPSHOT)
+    if path == target:
+        return (f"{world.label}: rank 0 was killed while it wrote {SNAPSHOT} itself, and left it half written: "
+                "the restarted job found no snapshot it could load. Write to a temporary file in the same "
+                "directory, then os.replace() it onto the snapshot")
+
+
+def _loads_before_training(runs):
+    for world in killed(runs):
+        for k, attempt in enumerate(world.attempts[1:], start=1):
+            for r in attempt:
+                first_step = next((e["seq"] for e in r.of("optimizer_step")), None)
+                loads = [e for e in r.of("load") if first_step is None or e["seq"] < first_step]
+                if not loads:
+                    return (f"{world.label}, attempt {k}: rank {r.rank} trained without loading the snapshot: "
+                            "every rank loads it when the job starts")
+
+
+def _resume_point(world) -> int | None:
+    """Steps the restart must not take again: the epochs completed before a kill in an epoch; the steps
+    before the last file written whole, for a kill during a write."""
+    first = {r.rank: r for r in world.attempts[0]} if world.attempts else {}
+    if 0 not in first:
+        return None
+    rank0 = first[0]
+    if world.job.endswith("2nd file"):
+        done = [e["seq"] for e in rank0.of("saved")]
+        if not done:
+            return 0
+        return sum(1 for e in rank0.of("optimizer_step") if e["seq"] < done[-1])
+    return len(rank0.of("optimizer_step")) // STEPS_PER_EPOCH * STEPS_PER_EPOCH
+
+
+def _no_epoch_trained_twice(runs):
+    for world in killed(runs):
+        if len(world.attempts) < 2:
+            continue  # no restart: told by the restart check
+        start = _resume_point(world)
+        taken = len(world.ranks[0].of("optimizer_step"))
+        if start is None or taken <= STEPS - start:
+            continue
+        again = taken - (STEPS - start)
+        if taken == STEPS:
+            return (f"{world.label}: after the restart rank 0 took all {STEPS} steps again, from the start: "
+                    f"{start // STEPS_PER_EPOCH} completed epoch(s) were trained twice. Resume from the snapshot: "
+                    "the weights, the optimizer, and the epoch to go on from")
+        return (f"{world.label}: after the restart rank 0 took {taken} steps; the last snapshot before the kill "
+                f"held step {start} of {STEPS}, so {STEPS - start} were left: {again} step(s) were trained twice. "
+                "Resume at the epoch after the one the snapshot holds")
+
+
+def _bit_for_bit(runs):
+    base = uninterrupted(runs)
+    if base is None:
+        return None
+    want = steps(base.ranks[0])
+    for world in killed(runs):
+        got = world.ranks[0].final_params()
+        final = base.ranks[0].final_params()
+        if got is None or final is None or got.shape != final.shape:
+            return f"{world.label}: rank 0 has no trained weights to compare"
+        if torch.equal(got, final):
+            continue
+        gap = (got - final).abs().max().item()
+        return f"{world.label}: the final weights differ from the uninterrupted run's by up to {gap:.3g}. " + \
+            _where_it_went_wrong(world, want)
+
+
+def _where_it_went_wrong(world, want: list[torch.Tensor]) -> str:
+    """Why a resumed run left the uninterrupted one: at the restart, or at its first step after."""
+    start = next((v for label, v in world.ranks[0].snapshots if label.startswith("epoch")), None)
+    after = steps(world.ranks[0])
+    initial = world.ranks[0].snapshots[0][1] if world.ranks[0].snapshots else None
+    if start is None:
+        return "The restarted rank 0 drew no samples from its DistributedSampler."
+    held = [k + 1 for k, w in enumerate(want) if torch.equal(w, start)]
+    if not held:
+        if initial is not None and want and torch.equal(start, initial) and not any(torch.equal(w, start) for w in want):
+            return "The restart began from the initial weights."
+        return ("The restart began from weights the uninterrupted run never had: load the snapshot's model "
+                "state into the model before training.")
+    step = held[-1]
+    if step < len(want) and after and not torch.equal(after[0], want[step]):
+        epoch = next((e.get("epoch") for e in world.ranks[0].of("sampler_iter")), None)
+        if epoch != step // STEPS_PER_EPOCH:
+            return (f"The restart began from the weights after step {step}, the end of epoch "
+                    f"{step // STEPS_PER_EPOCH - 1}, but then trained epoch {epoch}'s batches: go on at the epoch "
+                    "after the one the snapshot holds.")
+        return (f"The restart began from the weights after step {step}, as it should, but its first step differs "
+                f"from the uninterrupted run's step {step + 1}: the optimizer's state (momentum) was not restored: "
+                "load optimizer.state_dict() from the snapshot too.")
+    return f"The restart began from the weights after step {step}, then trained other steps than the uninterrupted run."
+
+
+EXERCISE = Exercise(
+    id="4.2",
+    title="survive a killed worker: snapshots and resume",
+    kind="script",
+    jobs=JOBS,
+    exported=(SNAPSHOT,),
+    timeout=60.0,
+    warm_imports=("torch.distributed.run", "autograder.worker"),
+    work=_work,
+    checks=[
+        runs_to_the_end("every job finishes: never interrupted, and after each kill", 3),
+        Check("after each kill torchrun restarted the workers (TORCHELASTIC_RESTART_COUNT 1)", 1, _restarted,
+              needs="partial", hint="torchrun --max-restarts restarts the whole group; the script only has to resume"),
+        Check("the snapshot holds the model, the optimizer's state and the epoch", 2,
+              _snapshot_holds_model_optimizer_epoch,
+              hint='torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, ...)'),
+        Check("snapshots written by one rank: global rank 0", 1, _one_writer, needs="partial",
+              hint="if rank == 0: save the snapshot"),
+        Check("a snapshot is written atomically: a kill during the write leaves the last one whole", 2, _atomic,
+              needs="partial", hint="torch.save(state, path + '.tmp'); os.replace(path + '.tmp', path)"),
+        Check("after a restart every rank loads the snapshot before it trains", 1, _loads_before_training,
+              hint="if os.path.exists(args.snapshot): every rank torch.load()s it and restores model and optimizer"),
+        Check("no completed epoch is trained twice: the restart resumes after the last whole snapshot", 3,
+              _no_epoch_trained_twice, hint="for epoch in range(snapshot['epoch'] + 1, args.epochs)"),
+        Check("after each kill the final weights equal the uninterrupted run's, bit for bit", 3, _bit_for_bit,
+              hint="restore the model, the optimizer and the epoch; set_epoch(epoch) keeps the data order"),
+    ],
+)

@@ -1,0 +1,70 @@
+"""Launches under the real torchrun: what a job is, and what its agents and workers are given.
+
+The exercises of lessons 1-3 fork their ranks from the rank host (launch.py). Lesson 4 teaches the
+launcher itself, so its exercises run the student's script the way a user does: under plain
+``python``, or under ``torchrun`` with its agent, its rendezvous and its restarts. The rank host
+starts each agent (host.py, ``agent_main``): torchrun's own ``main()`` with the job's options, whose
+entry point is ``autograder.worker``: that installs the trace in every worker of every attempt, then
+runs the script. What the grader reads afterwards is the same as for a forked launch, once per
+attempt (launch.Attempt, evidence.load).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autograder.launch import Layout
+
+
+@dataclass(frozen=True)
+class Job:
+    """One launch of a script exercise under torchrun (or plain python), as its report names it."""
+
+    name: str  # "torchrun, 2 processes": how the report names this launch
+    world_size: int
+    agents: tuple[tuple[str, ...] | None, ...] = (None,)  # torchrun's options for each agent; None: python
+    args: tuple[str, ...] = ()  # the script's command line
+    fault: dict | None = None  # a worker killed on purpose (worker.py): {"rank", "attempt", "when", "n"}
+    nodes: int = 1
+    env: dict = field(default_factory=dict)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.world_size, self.nodes)
+
+    def request(self, script: str, backend: str) -> dict:
+        """What the rank host needs to run this job (see host.py, op "job")."""
+        import json
+
+        env = {
+            "AUTOGRADER_BACKEND": backend,
+            "OMP_NUM_THREADS": "1",
+            # Nothing in the work directory can stand in for autograder.worker (see worker.py).
+            "PYTHONSAFEPATH": "1",
+            # Each attempt gets a store of its own: with a shared one, gloo workers of a restarted group
+            # can find the last attempt's addresses and fail to connect (PyTorch 2.13).
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            "AUTOGRADER_FAULT": json.dumps(self.fault) if self.fault else "",
+            **({"CUDA_VISIBLE_DEVICES": ""} if backend != "nccl" else {}),
+            **self.env,
+        }
+        return {"agents": [list(a) if a is not None else None for a in self.agents], "script": script,
+                "args": list(self.args), "env": env}
+
+
+PYTHON = "python, 1 process"
+
+
+def python(args: tuple[str, ...] = ()) -> Job:
+    """The script as `python SCRIPT ARGS`: one process, no launcher."""
+    return Job(PYTHON, 1, (None,), args)
+
+
+def standalone(world_size: int, args: tuple[str, ...] = (), *, restarts: int = 0, fault: dict | None = None,
+               name: str = "") -> Job:
+    """`torchrun --standalone --nproc-per-node=W`: one machine, a rendezvous on a port the system picks."""
+    options = ("--standalone", f"--nproc-per-node={world_size}")
+    if restarts:
+        options += (f"--max-restarts={restarts}",)
+    plural = "es" if world_size > 1 else ""
+    return Job(name or f"torchrun, {world_size} process{plural}", world_size, (options,), args, fault)

@@ -1,0 +1,26 @@
+"""Exercise 4.1's negative controls that are one edit of correct_argparse.py (see ../edits.py)."""
+
+BASE = "correct_argparse.py"
+PARSED = "    args = parser.parse_args()\n"
+RANK = '    rank = int(os.environ.get("RANK", 0))\n'
+
+MISTAKES = {
+    "wrong_local_rank_argument": (
+        "takes its rank from a --local_rank argument, the old launcher's way (torchrun passes none)",
+        [(PARSED, '    parser.add_argument("--local_rank", type=int, default=0)\n' + PARSED),
+         (RANK, "    rank = args.local_rank\n")]),
+    "wrong_hard_coded_world_size": (
+        "writes the world size into the script",
+        [('    world_size = int(os.environ.get("WORLD_SIZE", 1))\n', "    world_size = 2\n")]),
+    "wrong_global_batch_per_rank": (
+        "loads --global-batch samples on every rank",
+        [("batch_size=args.global_batch // world_size", "batch_size=args.global_batch")]),
+    "wrong_python_path_shuffles": (
+        "shuffles with a plain DataLoader when run without torchrun",
+        [("    loader = DataLoader(dataset, batch_size=args.global_batch // world_size, sampler=sampler)\n",
+          "    loader = (DataLoader(dataset, batch_size=args.global_batch // world_size, sampler=sampler) if distributed\n"
+          "              else DataLoader(dataset, batch_size=args.global_batch, shuffle=True))\n")]),
+    "wrong_barrier_on_rank0_only": (
+        "waits in a barrier on rank 0 only, before saving",
+        [("    if rank == 0:\n        torch.save(", "    if rank == 0:\n        if distributed:\n            dist.barrier()\n        torch.save(")]),
+}

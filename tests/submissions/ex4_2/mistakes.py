@@ -1,0 +1,28 @@
+"""Exercise 4.2's negative controls that are one edit of correct_epoch_snapshots.py (see ../edits.py)."""
+
+BASE = "correct_epoch_snapshots.py"
+LOAD = "    if os.path.exists(args.snapshot):  # a restarted job: every rank loads the same, whole snapshot\n"
+
+MISTAKES = {
+    "wrong_no_resume": (
+        "writes snapshots but never reads them: a restarted job starts over",
+        [(LOAD, "    if False:\n")]),
+    "wrong_resume_weights_only": (
+        "restores the weights and the epoch but not the optimizer",
+        [('        optimizer.load_state_dict(snapshot["optimizer"])\n', "")]),
+    "wrong_resume_from_epoch_0": (
+        "restores the model and the optimizer but starts again at epoch 0",
+        [('        first_epoch = snapshot["epoch"] + 1\n', "")]),
+    "wrong_restart_count_as_epoch": (
+        "takes TORCHELASTIC_RESTART_COUNT for the epoch to resume at",
+        [('        first_epoch = snapshot["epoch"] + 1\n',
+          '        first_epoch = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))\n')]),
+    "wrong_every_rank_writes": (
+        "writes the snapshot on every rank",
+        [("        if rank == 0:\n            save_snapshot(", "        if True:\n            save_snapshot(")]),
+    "wrong_written_in_place": (
+        "writes the snapshot straight onto its path",
+        [("    os.replace(tmp.name, path)\n", "    os.remove(tmp.name)\n"),
+         ('        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, tmp)\n',
+          '        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)\n')]),
+}

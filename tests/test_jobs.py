@@ -1,0 +1,151 @@
+"""Launches under the real torchrun (jobs.py): every worker traced, every attempt kept, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from autograder import diagnosis, evidence, jobs
+from autograder.engine import start_host
+from conftest import ROOT
+
+
+@pytest.fixture
+def host(tmp_path, no_leftover_processes):
+    running, _ = start_host(tmp_path, "auto", hide=[])
+    yield running
+    running.close()
+
+
+def run_job(host, tmp_path, code: str, job: jobs.Job, timeout: float = 60.0):
+    script = tmp_path / f"{job.name.split(',')[0]}.py"
+    script.write_text(textwrap.dedent(code))
+    script.chmod(0o644)
+    result = host.job(job.request(str(script), "gloo"), job.layout, tmp_path / "job", timeout=timeout)
+    return evidence.load(result, job.name)
+
+
+PLACE = """
+    import os
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    print("place", os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], os.environ["MASTER_PORT"])
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def test_each_worker_gets_torchruns_environment_and_is_traced(host, tmp_path):
+    world = run_job(host, tmp_path, PLACE, jobs.standalone(3))
+    assert world.complete, world.agent_output
+    assert world.agents == {0: 0}
+    places = [r.output.split("place ")[1].split()[:3] for r in world.ranks]
+    assert places == [[str(r), str(r), "3"] for r in range(3)]
+    assert all(r.first("init_process_group")["world_size"] == 3 for r in world.ranks)
+    assert len({r.output.split()[-1] for r in world.ranks}) == 1  # one rendezvous for the job
+
+
+def test_a_script_under_plain_python_has_no_launcher(host, tmp_path):
+    world = run_job(host, tmp_path, "import os\nprint('RANK' in os.environ)\n", jobs.python())
+    assert world.complete and world.ranks[0].output.strip() == "False"
+
+
+def test_a_killed_worker_is_restarted_and_every_attempt_is_kept(host, tmp_path):
+    code = """
+        import torch
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(5):
+            optimizer.zero_grad()
+            model(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+    """
+    fault = {"rank": 0, "attempt": 0, "when": "step", "n": 3}
+    world = run_job(host, tmp_path, code, jobs.standalone(1, restarts=1, fault=fault))
+    assert world.complete, world.agent_output
+    first, second = world.attempts
+    assert first[0].exitcode is None and not first[0].finished  # SIGKILL: no exit of its own
+    assert [e["when"] for e in first[0].of("fault")] == ["step"] and len(first[0].of("optimizer_step")) == 3
+    assert len(second[0].of("optimizer_step")) == 5
+    assert second[0].first("worker")["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+
+
+def test_a_deadlock_under_torchrun_is_named_within_seconds(host, tmp_path):
+    code = """
+        import os
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            dist.all_reduce(torch.ones(1))
+        else:
+            dist.broadcast(torch.ones(1), src=0)
+    """
+    started = time.monotonic()
+    world = run_job(host, tmp_path, code, jobs.standalone(2), timeout=60)
+    assert time.monotonic() - started < 20
+    assert world.hung and not world.complete
+    assert "deadlock" in diagnosis.summary(world)
+    assert "rank 0 in all_reduce" in diagnosis.summary(world)
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_a_grader_killed_mid_job_leaves_no_agent_and_no_worker(sandbox, tmp_path):
+    solution = ROOT / "tests" / "submissions" / "ex4_2" / "correct_epoch_snapshots.py"
+    grader = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "4.2", str(solution), "--quiet"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                              env={**os.environ, "AUTOGRADER_SANDBOX": sandbox, "TMPDIR": str(tmp_path)})
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(workers) < 2:  # both workers of the first job are running
+            time.sleep(0.1)
+            tree = _tree(grader.pid)
+            workers = [pid for pid in tree if "autograder.worker" in _command(pid)]
+        assert len(workers) >= 2, "the job's workers never started"
+        tree = _tree(grader.pid)
+        os.kill(grader.pid, signal.SIGKILL)
+        grader.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and [pid for pid in tree if _alive(pid)]:
+            time.sleep(0.1)
+        assert [_command(pid) for pid in tree if _alive(pid)] == []
+    finally:
+        if grader.poll() is None:
+            os.killpg(grader.pid, signal.SIGKILL)
+            grader.wait()
+
+
+def _tree(root: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        pid, ppid = map(int, line.split())
+        children.setdefault(ppid, []).append(pid)
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
