@@ -149,3 +149,19 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_worker_that_forges_its_files_stops_nothing_but_itself(host, tmp_path):
+    """Its pid file names the rank host (the agent's parent); a later attempt's folder is a link elsewhere."""
+    code = """
+        import os
+        from pathlib import Path
+        trace = Path(os.environ["AUTOGRADER_TRACE"])
+        host = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        (trace / "attempt0" / "rank0.pid").write_text(host)
+        os.symlink("/etc", trace / "attempt1")
+    """
+    world = run_job(host, tmp_path, code, jobs.standalone(1))
+    assert host.proc.poll() is None  # the host still serves
+    assert len(world.attempts) == 1  # the link was not read as an attempt
+    assert world.agents == {0: 0}
