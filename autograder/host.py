@@ -312,17 +312,8 @@ def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: d
 
     code = 1
     try:
-        os.setpgid(0, 0)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _limit(request.get("limits", {}), request.get("backend", "gloo"))
-        log = os.open(workdir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        _child_start(request.get("limits", {}), request.get("backend", "gloo"))
+        output_to(workdir / f"rank{rank}.log")
         stack_file = open(workdir / f"rank{rank}.stack", "w")
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
         faulthandler.enable(file=sys.stderr, all_threads=False)  # a fatal signal leaves its stack in the log
@@ -336,7 +327,7 @@ def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: d
         target(rank, layout)
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exit_code(exc)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -352,17 +343,8 @@ def agent_main(index: int, options: list[str] | None, request: dict):
     point autograder.worker; or, with no options, the worker itself: the script under plain python."""
     code = 1
     try:
-        os.setpgid(0, 0)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _limit(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
-        log = os.open(Path(request["workdir"]) / f"agent{index}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        _child_start(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
+        output_to(Path(request["workdir"]) / f"agent{index}.log")
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
         os.environ["AUTOGRADER_TRACE"] = request["workdir"]
         os.chdir(request["cwd"])
@@ -377,7 +359,7 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         torchrun([*options, "-m", "autograder.worker", *entry])
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exit_code(exc)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -386,6 +368,31 @@ def agent_main(index: int, options: list[str] | None, request: dict):
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _child_start(limits: dict, backend: str):
+    """A rank or an agent, just forked: a process group of its own, dead with the host, default
+    signal handling, the limits."""
+    os.setpgid(0, 0)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _limit(limits, backend)
+
+
+def output_to(path: Path):
+    """This process's stdout and stderr (descriptors and Python streams) into ``path``, line-buffered."""
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The exit status sys.exit(code) asks for."""
+    return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
 
 def _alive(pid: int) -> bool:

@@ -31,6 +31,8 @@ import signal
 import sys
 from pathlib import Path
 
+from autograder.host import exit_code, output_to
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -41,7 +43,7 @@ def main(argv: list[str]) -> int:
     folder = Path(os.environ["AUTOGRADER_TRACE"]) / f"attempt{attempt}"
     folder.mkdir(exist_ok=True)
     (folder / f"rank{rank}.pid").write_text(str(os.getpid()))
-    _output_to(folder / f"rank{rank}.log")
+    output_to(folder / f"rank{rank}.log")
     faulthandler.register(signal.SIGUSR1, file=open(folder / f"rank{rank}.stack", "w"), all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=False)
     code = run(argv[0], argv[1:], folder, rank, attempt)
@@ -71,7 +73,7 @@ def run(script: str, args: list[str], folder: Path, rank: int, attempt: int) -> 
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exit_code(exc)
         if code:
             rec.fail(exc)
     except BaseException as exc:
@@ -130,15 +132,6 @@ def _kill_self():
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _output_to(path: Path):
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
 def _die_with_parent():
