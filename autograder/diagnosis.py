@@ -31,6 +31,14 @@ def summary(world: WorldRun) -> str:
     head = world.label
     if world.host_failure:
         return f"{head}: the grader lost the ranks: {world.host_failure.splitlines()[0][:300]}"
+    if world.duplicates:
+        return (f"{head}: the agents formed separate jobs, each numbering its workers from 0: "
+                f"{'; '.join(world.duplicates[:4])} found its RANK taken by another agent's worker")
+    if world.unmet is not None:
+        started = "no worker started" if not any(r.events for a in world.attempts for r in a) else \
+            "no worker of theirs was running"
+        return (f"{head}: no rendezvous: the agents ran {world.unmet:.0f} s and {started}: they were waiting "
+                "for each other, and the grader stopped them")
     culprit = world.culprit()
     if culprit is not None:
         line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"
@@ -55,13 +63,32 @@ def summary(world: WorldRun) -> str:
         return (f"{head}: rank(s) {', '.join(map(str, running))} still running at the time limit of "
                 f"{world.timeout:g} s, while not waiting for any other rank (still computing, or waiting on "
                 "something that is not a collective)")
+    unstarted = [r.rank for r in world.ranks if r.exitcode is None and not r.events]
+    if world.plan is not None and unstarted and all(r.ok for r in world.ranks if r.rank not in unstarted) \
+            and all(c == 0 for c in world.agents.values()):
+        return (f"{head}: rank(s) {', '.join(map(str, unstarted))} never started: the agents ran a job of "
+                f"{world.world_size - len(unstarted)} worker(s), not {world.world_size}")
+    agent = _failed_agent(world)
+    if agent is not None:
+        return (f"{head}: the agent of machine {agent} ended with exit code {world.agents[agent]}, and rank(s) "
+                f"{', '.join(str(r.rank) for r in world.ranks if not r.ok)} never ran to the end")
     odd = next((r for r in world.ranks if not r.ok), None)
     return f"{head}: rank {odd.rank} {odd.how_it_ended()}" if odd else f"{head} completed"
 
 
+def _failed_agent(world: WorldRun) -> int | None:
+    """The first torchrun agent that failed on its own (not stopped by the grader), in a job of several."""
+    if len(world.agents) < 2:
+        return None  # one agent fails exactly when its workers do: they are the story
+    return next((i for i, code in sorted(world.agents.items()) if code not in (0, None)), None)
+
+
 def _body(world: WorldRun, student: Path) -> str:
-    if world.host_failure:
+    if world.host_failure or world.duplicates:
         return ""
+    if world.unmet is not None or (world.culprit() is None and _failed_agent(world) is not None):
+        said = _tail(world.agent_output, 4)
+        return f"What the agents said last:\n{said}" if said else ""
     culprit = world.culprit()
     if culprit is not None:
         mismatch = _mismatched_message(world)

@@ -125,13 +125,21 @@ def grade(
         sizes = list(dict.fromkeys(world_sizes or exercise.world_sizes))
         host.prepare(exercise.warm_imports)
         student = source.write_module(code, root)
-        problem = source.compile_problem(student, exercise.entry)
-        if problem:
+        jobs, problem = (), source.compile_problem(student, exercise.entry)
+        if source.as_handed_out(code):  # nothing to launch: say so at once
+            problem = NOT_STARTED
+        elif not problem:
+            jobs, problem = _jobs(exercise, code)
+        if problem == NOT_STARTED:
+            report = Report(exercise.id, exercise.title, "gloo", sizes, exercise.same_result("failed", NOT_STARTED, "gloo"),
+                            _not_started_text(exercise), 0.0, True)
+        elif problem:
             report = Report(exercise.id, exercise.title, "gloo", sizes,
                             exercise.same_result("error", "not judged: the code does not run (see above)", "gloo"), problem)
         else:
             chosen = choose_backend(sizes, backend)
-            report = _grade(exercise, host, student, root, sizes, chosen, seed, timeout or exercise.timeout, progress)
+            report = _grade(exercise, host, student, root, sizes, chosen, seed, timeout or exercise.timeout, progress,
+                            jobs)
         report.sandbox = sandbox_note
     finally:
         if own_host and host is not None:
@@ -169,7 +177,20 @@ def hidden_from_ranks(path: Path) -> list[Path]:
     return [Path.cwd(), path.resolve().parent, course]
 
 
-def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, seed, timeout, progress) -> Report:
+def _jobs(exercise, code: str) -> tuple[tuple, str | None]:
+    """The exercise's torchrun jobs: its own, or those the student's cell writes; or why they cannot run."""
+    if exercise.jobs_of is None:
+        return exercise.jobs, None
+    from autograder.nodes import CommandError
+
+    try:
+        return exercise.jobs_of(code), None
+    except CommandError as exc:
+        return (), f"The launch commands cannot run as written: {exc}."
+
+
+def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, seed, timeout, progress,
+           jobs=()) -> Report:
     from autograder.checks import Runs, gate, judge_all
     from autograder.diagnosis import describe_problem
     from autograder.evidence import load
@@ -180,7 +201,7 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
     target = ({"kind": "script", "student": str(student)} if exercise.kind == "script" else
               {"kind": "function", "student": str(student), "exercise": exercise.id, "params": exercise.params(seed)})
     worlds = []
-    for k, (layout, job) in enumerate(_launches(exercise, sizes)):
+    for k, (layout, job) in enumerate(_launches(exercise, sizes, jobs)):
         label = job.name if job else f"world size {layout.world_size}"
         progress(f"exercise {exercise.id}: {label} ...")
         try:
@@ -189,11 +210,11 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
                                      timeout=timeout, quiet=exercise.quiet)
             else:
                 result = host.job(job.request(str(student), backend), layout, root / f"job{k}", timeout=timeout,
-                                  quiet=exercise.quiet)
+                                  quiet=exercise.quiet, meet_within=job.meet_within)
         except HostFailed as exc:
             return report(exercise.same_result("error", "not judged: the grader lost the ranks", backend),
                           f"The rank host failed: {exc}")
-        world = load(result, job.name if job else "")
+        world = load(result, job)
         _export_checkpoints(host, world, [world.workdir / "run" / name for name in exercise.exported] if job else [])
         worlds.append(world)
         progress(f"exercise {exercise.id}: {label} {'done' if world.complete else 'FAILED'} in {world.elapsed:.1f} s")
@@ -208,11 +229,11 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
     return done
 
 
-def _launches(exercise, sizes):
+def _launches(exercise, sizes, jobs=()):
     """(layout, job) for each launch: the exercise's torchrun jobs of those sizes, else a forked launch
     (job None) per world size."""
-    if exercise.jobs:
-        return [(job.layout, job) for job in exercise.jobs if job.world_size in sizes]
+    if jobs:
+        return [(job.layout, job) for job in jobs if job.world_size in sizes]
     return [((exercise.layout or Layout)(size), None) for size in sizes]
 
 

@@ -118,6 +118,8 @@ class RankRecord:
     def how_it_ended(self) -> str:
         if self.error:
             return f"raised {self.exception_line()[:300]}"
+        if self.exitcode is None and not self.events:
+            return "never started"
         if self.exitcode is None:
             return "was stopped by the grader"
         if self.exitcode < 0:
@@ -149,6 +151,9 @@ class WorldRun:
     attempts: list[list[RankRecord]] = field(default_factory=list)
     agents: dict[int, int | None] = field(default_factory=dict)
     agent_output: str = ""
+    unmet: float | None = None  # seconds the agents waited with no worker before the grader stopped them
+    duplicates: list[str] = field(default_factory=list)  # "attempt K: rank R, agent A": a RANK taken twice
+    plan: object = None  # the jobs.Job this launch ran
 
     @property
     def label(self) -> str:
@@ -185,7 +190,9 @@ class WorldRun:
         return own[0] if own else None
 
 
-def load(launch: LaunchResult, job: str = "") -> WorldRun:
+def load(launch: LaunchResult, plan=None) -> WorldRun:
+    """What the grader knows of one launch; ``plan`` is its jobs.Job, for a torchrun job."""
+    job = plan.name if plan is not None else ""
     if launch.attempts or job:
         attempts = [_ranks(a.folder, a.ranks, a.events, a.events_sha256) for a in launch.attempts]
         ranks = attempts[-1] if attempts else [RankRecord(e.rank, e.exitcode, "", "") for e in launch.ranks]
@@ -193,7 +200,8 @@ def load(launch: LaunchResult, job: str = "") -> WorldRun:
         attempts, ranks = [], _ranks(launch.workdir, launch.ranks, launch.events, launch.events_sha256)
     return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
                     launch.timeout, launch.host_failure, stopped_at=launch.stopped_at, job=job, attempts=attempts,
-                    agents=launch.agents, agent_output=launch.agent_output)
+                    agents=launch.agents, agent_output=launch.agent_output, unmet=launch.unmet, plan=plan,
+                    duplicates=[f"attempt {a.number}: {d}" for a in launch.attempts for d in a.duplicates])
 
 
 def _ranks(path: Path, exits, events: dict, digests: dict) -> list[RankRecord]:

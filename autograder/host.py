@@ -347,6 +347,7 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         output_to(Path(request["workdir"]) / f"agent{index}.log")
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
         os.environ["AUTOGRADER_TRACE"] = request["workdir"]
+        os.environ["AUTOGRADER_AGENT"] = str(index)  # which machine a worker belongs to
         os.chdir(request["cwd"])
         entry = [str(request["script"]), *map(str, request.get("args", []))]
         if options is None:
@@ -354,6 +355,8 @@ def agent_main(index: int, options: list[str] | None, request: dict):
 
             worker.main(entry)  # ends this process
         from torch.distributed.run import main as torchrun
+
+        os.environ["AUTOGRADER_AGENT_PID"] = str(os.getpid())  # the parent every worker must find (worker.py)
 
         sys.argv = ["torchrun", *options, "-m", "autograder.worker", *entry]
         torchrun([*options, "-m", "autograder.worker", *entry])

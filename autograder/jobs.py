@@ -27,6 +27,8 @@ class Job:
     fault: dict | None = None  # a worker killed on purpose (worker.py): {"rank", "attempt", "when", "n"}
     nodes: int = 1
     env: dict = field(default_factory=dict)
+    machines: tuple = ()  # the student's command for each agent, as torchrun read it (nodes.Node), if written
+    meet_within: float = 20.0  # seconds the agents may run with no worker before their rendezvous is given up
 
     @property
     def layout(self) -> Layout:
@@ -45,6 +47,7 @@ class Job:
             # can find the last attempt's addresses and fail to connect (PyTorch 2.13).
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
             "AUTOGRADER_FAULT": json.dumps(self.fault) if self.fault else "",
+            "AUTOGRADER_PRELOAD": "torch._dynamo",  # see worker._preload
             **({"CUDA_VISIBLE_DEVICES": ""} if backend != "nccl" else {}),
             **self.env,
         }
@@ -68,3 +71,10 @@ def standalone(world_size: int, args: tuple[str, ...] = (), *, restarts: int = 0
         options += (f"--max-restarts={restarts}",)
     plural = "es" if world_size > 1 else ""
     return Job(name or f"torchrun, {world_size} process{plural}", world_size, (options,), args, fault)
+
+
+def from_commands(machines, world_size: int, args: tuple[str, ...] = (), name: str = "") -> Job:
+    """One job of one agent per machine, each run with the options the student wrote (nodes.py);
+    the grader's ``args`` come after the student's own script arguments, so that they hold."""
+    return Job(name or f"{len(machines)} machines", world_size, tuple(m.options for m in machines),
+               tuple(machines[0].script_args) + tuple(args), nodes=len(machines), machines=tuple(machines))

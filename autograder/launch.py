@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -95,6 +96,9 @@ class LaunchResult:
     attempts: list[Attempt] = field(default_factory=list)
     agents: dict[int, int | None] = field(default_factory=dict)
     agent_output: str = ""
+    # The agents ran this long with no worker of theirs running, and the grader stopped them: they
+    # waited at a rendezvous that did not form.
+    unmet: float | None = None
 
     @property
     def world_size(self) -> int:
@@ -110,6 +114,7 @@ class Attempt:
     ranks: list[RankExit]
     events: dict[int, list[dict]]
     events_sha256: dict[int, str]
+    duplicates: list[str] = field(default_factory=list)  # "rank R, agent A": a worker that found its RANK taken
 
 
 def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -> dict[str, str]:
@@ -306,9 +311,10 @@ class RankHost:
         return result
 
     def job(self, request: dict, layout: Layout, workdir: Path, *, timeout: float = 60.0, quiet: float = 2.0,
-            limits: dict | None = None) -> LaunchResult:
+            meet_within: float = 20.0, limits: dict | None = None) -> LaunchResult:
         """Run a torchrun job (see jobs.py) to its end: its agents, their workers, every attempt.
-        The workers' files go under ``workdir``, their working directory is ``workdir``/run."""
+        The workers' files go under ``workdir``, their working directory is ``workdir``/run. Agents
+        that run ``meet_within`` seconds with no worker are stopped: their rendezvous did not form."""
         self.wait_ready()
         for path in (workdir, workdir / "run"):
             path.mkdir(parents=True, exist_ok=True)
@@ -321,7 +327,7 @@ class RankHost:
         try:
             self.send(op="job", workdir=str(workdir), cwd=str(workdir / "run"), limits=self._limits(limits or LIMITS),
                       **request)
-            self._watch(watch, result, start, timeout, quiet)
+            self._watch(watch, result, start, timeout, quiet, unmet=meet_within)
         except HostFailed as exc:
             result.host_failure = str(exc)
         watch.poll()
@@ -343,7 +349,8 @@ class RankHost:
         own_user = self.sandbox is not None and self.sandbox.drop_privileges
         return {k: v for k, v in limits.items() if k != "processes" or own_user}
 
-    def _watch(self, watch, result: LaunchResult, start: float, timeout: float, quiet: float):
+    def _watch(self, watch, result: LaunchResult, start: float, timeout: float, quiet: float,
+               unmet: float | None = None):
         done = False
         while not done:
             message = self.receive(0.05)
@@ -356,6 +363,8 @@ class RankHost:
             watch.poll()
             if time.monotonic() - start > timeout:
                 result.timed_out = True
+            elif unmet is not None and watch.idle() > unmet:
+                result.unmet = watch.idle()
             else:
                 stall = watch.stalled(quiet)
                 if stall is None:
@@ -432,6 +441,7 @@ class JobWatch:
         self.world_size, self.folder = world_size, folder
         self.attempts: list[tuple[files.Folder, Watch]] = []
         self.agents: dict[int, int | None] = {}
+        self.since = time.monotonic()  # the last sign of a worker: an attempt began, a worker recorded or ended
 
     def discover(self):
         while len(self.attempts) < 64:
@@ -439,12 +449,24 @@ class JobWatch:
             if sub is None:
                 return
             self.attempts.append((sub, Watch(self.world_size, sub)))
+            self.since = time.monotonic()
+
+    def idle(self) -> float:
+        """Seconds since the last sign of a worker, when none of the latest attempt's workers runs: how
+        long the agents have been waiting for each other. 0 while a worker runs."""
+        if self.attempts:
+            watch = self.attempts[-1][1]
+            if any(watch.events[r] and r not in watch.exits for r in range(self.world_size)):
+                return 0.0
+            self.since = max(self.since, watch.last_progress)
+        return time.monotonic() - self.since
 
     def take(self, message: dict):
         if "agent" in message and isinstance(message["agent"], int):
             code = message.get("code")
             self.agents[message["agent"]] = code if isinstance(code, int) else None
         if "exit" in message:
+            self.since = time.monotonic()
             self.discover()
             attempt = message.get("attempt")
             if isinstance(attempt, int) and 0 <= attempt < len(self.attempts):
@@ -467,7 +489,7 @@ class JobWatch:
             ranks = [RankExit(r, watch.exits.get(r), sub.read_text(f"rank{r}.log"), sub.read_text(f"rank{r}.stack"),
                               watch.order.index(r) if r in watch.order else None) for r in range(self.world_size)]
             digests = {r: tail.digest.hexdigest() for r, tail in watch.tails.items() if not tail.overflow}
-            found.append(Attempt(k, sub.path, ranks, watch.events, digests))
+            found.append(Attempt(k, sub.path, ranks, watch.events, digests, _duplicates(sub.path)))
         return found
 
     def close(self):
@@ -475,3 +497,13 @@ class JobWatch:
             for tail in watch.tails.values():
                 tail.close()
             sub.close()
+
+
+def _duplicates(folder: Path) -> list[str]:
+    """The workers that found their RANK taken in this attempt (worker.py), by the names of their marks."""
+    try:
+        names = sorted(os.listdir(folder))[:10_000]
+    except OSError:
+        return []
+    found = [re.fullmatch(r"duplicate-rank(\d+)-agent(\d+)-\d+", name) for name in names]
+    return [f"rank {m.group(1)}, agent {m.group(2)}" for m in found if m][:64]

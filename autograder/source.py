@@ -103,6 +103,16 @@ def write_module(code: str, dest: Path) -> Path:
     return target
 
 
+def as_handed_out(code: str) -> bool:
+    """The cell holds nothing but ``raise NotImplementedError()``: the student has not begun."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return False
+    return (len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None
+            and "NotImplementedError" in ast.unparse(body[0].exc))
+
+
 def compile_problem(path: Path, entry: str | None) -> str | None:
     """Why the code cannot run at all (a syntax error, a missing function), or None."""
     code = path.read_text()

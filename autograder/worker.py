@@ -11,6 +11,7 @@ writes to its own files under ``$AUTOGRADER_TRACE/attempt<K>/``, and then runs t
     rank<R>.stack        its Python stack, when the host asks for it (SIGUSR1)
     rank<R>.events ...   the trace (trace.py)
     rank<R>.exit         its exit code, when it ends by itself
+    duplicate-rank<R>-agent<A>-<pid>   a worker of agent A found RANK R taken in this attempt, and left
 
 The agent runs workers with PYTHONSAFEPATH set, so that neither the work directory nor anything a
 previous attempt wrote there can stand in for this module.
@@ -42,7 +43,12 @@ def main(argv: list[str]) -> int:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     folder = Path(os.environ["AUTOGRADER_TRACE"]) / f"attempt{attempt}"
     folder.mkdir(exist_ok=True)
-    (folder / f"rank{rank}.pid").write_text(str(os.getpid()))
+    try:
+        pid_file = os.open(folder / f"rank{rank}.pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        _taken(folder, rank)
+    os.write(pid_file, str(os.getpid()).encode())
+    os.close(pid_file)
     output_to(folder / f"rank{rank}.log")
     faulthandler.register(signal.SIGUSR1, file=open(folder / f"rank{rank}.stack", "w"), all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=False)
@@ -61,11 +67,12 @@ def run(script: str, args: list[str], folder: Path, rank: int, attempt: int) -> 
     from autograder import trace
 
     torch.set_num_threads(1)
+    _preload()
     rec = trace.Recorder(folder, rank)
     trace.install(rec)
     rec.event("worker", attempt=attempt, pid=os.getpid(),
               env={k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                                                  "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT")})
+                                                  "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT", "AUTOGRADER_AGENT")})
     _plan_fault(rec, rank, attempt)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
@@ -85,6 +92,28 @@ def run(script: str, args: list[str], folder: Path, rank: int, attempt: int) -> 
     finally:
         rec.save()
     return code
+
+
+def _taken(folder: Path, rank: int):
+    """Another worker of this attempt already holds this RANK: the agents formed separate jobs (each
+    numbers its workers from 0). Leave a mark the grader can count, and nothing else."""
+    agent = os.environ.get("AUTOGRADER_AGENT", "0")
+    (folder / f"duplicate-rank{rank}-agent{agent}-{os.getpid()}").touch()
+    os._exit(3)
+
+
+def _preload():
+    """Import now what DDP's constructor would import inside a traced call (torch._dynamo: seconds of
+    work). With several workers on few cores, such a call would look like a rank that waits."""
+    if "RANK" not in os.environ:
+        return  # plain python: a job of one, which wraps nothing in DDP
+    import importlib
+
+    for name in filter(None, os.environ.get("AUTOGRADER_PRELOAD", "").split(",")):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def _plan_fault(rec, rank: int, attempt: int):
@@ -136,7 +165,9 @@ def _kill_self():
 
 def _die_with_parent():
     """A worker ends with its agent: SIGKILL'd graders and agents leave no worker behind."""
-    parent = os.getppid()
+    # The agent that started us, as it said before starting us: it may be dead already, and then
+    # getppid() is no longer it.
+    parent = int(os.environ.get("AUTOGRADER_AGENT_PID") or os.getppid())
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except OSError:

@@ -113,7 +113,8 @@ def main():
         grader.stop()
 
 
-TORCHRUN = {"4.1": "ex4_1/correct_argparse.py", "4.2": "ex4_2/correct_epoch_snapshots.py"}
+TORCHRUN = {"4.1": "ex4_1/correct_argparse.py", "4.2": "ex4_2/correct_epoch_snapshots.py",
+            "4.3": "ex4_3/correct_c10d.py"}
 
 
 def torchrun_jobs(repeat: int):

@@ -14,6 +14,17 @@ sys.path.insert(0, str(SUBMISSIONS))
 import edits  # noqa: E402  (tests/submissions/edits.py: negative controls written as edits)
 
 
+def browser_missing() -> str | None:
+    """Why the browser tests (test_browser.py) cannot run here, or None when they can."""
+    import shutil
+
+    if not any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))):
+        return "no Chromium on PATH (Debian: apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install -e '.[test]')"
+    return None
+
+
 def rank_processes() -> set[int]:
     """PIDs of live processes descended from this test run (ranks the grader forked)."""
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout

@@ -30,14 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, edits
+from conftest import ROOT, browser_missing, edits
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-if CHROMIUM is None:
-    pytest.skip("no Chromium on PATH (Debian: apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install -e '.[test]')")
+if browser_missing():
+    pytest.skip(browser_missing(), allow_module_level=True)
+from playwright import sync_api  # noqa: E402
+
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))))
 
 JUPYTER = Path(sys.executable).with_name("jupyter")
 LESSON = "02_ddp_basics.ipynb"
@@ -225,8 +226,15 @@ def report_of(check_cell, exercise: str = "2.4") -> tuple[str, float, float]:
     return text, float(match.group(1)), float(match.group(2))
 
 
+def files_under(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*") if not any(part.startswith(".") for part in p.parts)}
+
+
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_lesson_runs_in_jupyterlab(lab, page, lesson):
+    """Each lesson, top to bottom, in JupyterLab: tests/test_lessons.py does the same with nbclient
+    where there is no browser."""
+    before = files_under(lab[2])
     open_notebook(page, lab, f"lessons/{lesson}")
     menu(page, "Run", "Run All Cells")
     page.wait_for_timeout(500)
@@ -240,6 +248,7 @@ def test_lesson_runs_in_jupyterlab(lab, page, lesson):
     assert errors.count() == 0, errors.all_inner_texts()
     if lesson not in SHOWS_TRACEBACKS:
         assert not [t for t in page.locator(".jp-OutputArea-output").all_inner_texts() if "Traceback" in t]
+    assert files_under(lab[2]) == before, "the lesson left files beside the notebooks"
 
 
 def test_exercise_report_in_jupyterlab(lab, page):

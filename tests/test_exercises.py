@@ -28,6 +28,7 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
         "4.1": "every launch runs to the end: python, and torchrun with 1, 2 and 3 processes",
         "4.2": "every job finishes: never interrupted, and after each kill",
+        "4.3": "the job of two machines runs to the end",
         "3.3": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
         "3.5": "the code runs to the end on every rank at every world size",
@@ -70,6 +71,10 @@ SAME_MODEL = "every launch trains the same model as one process on the same glob
 LOADS = "after a restart every rank loads the snapshot before it trains"
 TWICE = "no completed epoch is trained twice: the restart resumes after the last whole snapshot"
 BIT_FOR_BIT = "after each kill the final weights equal the uninterrupted run's, bit for bit"
+ONE_JOB = "one job of 4 workers: 2 agents of 2, RANK 0-3, LOCAL_RANK 0 and 1 on each machine"
+JOB_SHARE = "each rank draws its own share of the data across the whole job: RANK and WORLD_SIZE"
+JOB_WRITER = "exactly one writer in the job: global rank 0, not one per machine"
+JOB_MODEL = "the job trains the same model as one process on the same global batches"
 MOMENTS = "Adam's two moments per rank: whole under DDP, whole tensors dealt out under ZeRO-1, sharded under FSDP"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
@@ -157,6 +162,13 @@ CAUGHT_BY = {
     ("4.1", "wrong_python_path_shuffles"): {SHARE, SAME_MODEL},
     ("4.1", "wrong_mp_spawn"): {RUNS["4.1"], "under torchrun each worker joins one process group at the rank and size torchrun gave it"},
     ("4.1", "wrong_barrier_on_rank0_only"): {RUNS["4.1"]},
+    ("4.3", "wrong_rdzv_id_per_machine"): {RUNS["4.3"], ONE_JOB},
+    ("4.3", "wrong_same_node_rank"): {RUNS["4.3"], ONE_JOB},
+    ("4.3", "wrong_one_node_each"): {RUNS["4.3"], ONE_JOB},
+    ("4.3", "wrong_processes_in_total"): {RUNS["4.3"], ONE_JOB},
+    ("4.3", "wrong_writer_per_machine"): {JOB_WRITER},
+    ("4.3", "wrong_sampler_local_rank"): {JOB_SHARE, JOB_MODEL},
+    ("4.3", "wrong_script_as_given"): {JOB_SHARE, JOB_WRITER, JOB_MODEL},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},
     ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
     ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
@@ -407,34 +419,45 @@ def test_the_timeline_of_a_hang_shows_where_each_rank_stopped():
     assert "stuck in send #1 to rank 1" in report.to_text()
 
 
+def handed_out(exercise_id: str, notebook: str, name: str):
+    """The report on the script an exercise hands out, which its task must show as it is."""
+    given = folder(exercise_id) / f"{name}.py"
+    task = next(c for c in nbformat.read(ROOT / "solutions" / notebook, as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == f"task_{exercise_id.replace('.', '_')}")
+    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source
+    return graded(exercise_id, name)
+
+
 def test_the_single_process_script_2_3_starts_from_scores_nothing_and_says_why():
-    given = folder("2.3") / "given_single_process.py"
-    task = next(c for c in nbformat.read(ROOT / "solutions" / "02_ddp_basics.ipynb", as_version=4).cells
-                if c.metadata.get("nbgrader", {}).get("grade_id") == "task_2_3")
-    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
-    report = graded("2.3", "given_single_process")
+    report = handed_out("2.3", "02_ddp_basics.ipynb", "given_single_process")
     assert report.score == 0
     assert report.problem.startswith("Nothing to grade: no rank joined a process group: this is still a "
                                      "single-process script"), report.problem
 
 
 def test_the_script_2_6_hands_out_fails_the_checks_of_all_its_bugs_at_once():
-    given = folder("2.6") / "given_buggy.py"
-    task = next(c for c in nbformat.read(ROOT / "solutions" / "02_ddp_basics.ipynb", as_version=4).cells
-                if c.metadata.get("nbgrader", {}).get("grade_id") == "task_2_6")
-    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
-    report = graded("2.6", "given_buggy")
+    report = handed_out("2.6", "02_ddp_basics.ipynb", "given_buggy")
     assert {c.name for c in report.checks if c.status == "failed"} == set(BUGS.values()), report.to_text()
 
 
 def test_the_script_3_2_hands_out_scores_nothing_and_says_why():
-    given = folder("3.2") / "given_unsynchronized.py"
-    task = next(c for c in nbformat.read(ROOT / "solutions" / "03_syncbn_sharding.ipynb", as_version=4).cells
-                if c.metadata.get("nbgrader", {}).get("grade_id") == "task_3_2")
-    assert f"```python\n{given.read_text().rstrip()}\n```" in task.source  # the script the exercise shows
-    report = graded("3.2", "given_unsynchronized")
+    report = handed_out("3.2", "03_syncbn_sharding.ipynb", "given_unsynchronized")
     assert report.score == 0
     assert report.problem.startswith("Nothing to grade: no batch norm layer was ever synchronized"), report.problem
+
+
+def test_the_script_4_3_hands_out_is_refused_for_its_commands_and_caught_for_its_script():
+    report = handed_out("4.3", "04_torchrun.ipynb", "given_one_machine")
+    assert report.score == 0
+    assert report.problem.startswith("The launch commands cannot run as written: no command uses $PORT"), report.problem
+    # under right commands, its two one-machine mistakes: wrong_script_as_given in CAUGHT_BY
+
+
+def test_agents_that_never_meet_are_reported_as_a_hang_in_seconds():
+    report = graded("4.3", "wrong_rdzv_id_per_machine")
+    assert "no rendezvous: the agents ran 20 s" in report.problem and report.elapsed < 40
+    one_job = {c.name: c for c in report.checks}[ONE_JOB]
+    assert "--rdzv-id differs: machine 0 'machine0', machine 1 'machine1'" in one_job.message
 
 
 def test_pytorchs_sync_batch_norm_on_cpu_is_explained_with_what_to_use_instead():

@@ -27,8 +27,9 @@ def run_job(host, tmp_path, code: str, job: jobs.Job, timeout: float = 60.0):
     script = tmp_path / f"{job.name.split(',')[0]}.py"
     script.write_text(textwrap.dedent(code))
     script.chmod(0o644)
-    result = host.job(job.request(str(script), "gloo"), job.layout, tmp_path / "job", timeout=timeout)
-    return evidence.load(result, job.name)
+    result = host.job(job.request(str(script), "gloo"), job.layout, tmp_path / "job", timeout=timeout,
+                      meet_within=job.meet_within)
+    return evidence.load(result, job)
 
 
 PLACE = """
@@ -49,6 +50,41 @@ def test_each_worker_gets_torchruns_environment_and_is_traced(host, tmp_path):
     assert places == [[str(r), str(r), "3"] for r in range(3)]
     assert all(r.first("init_process_group")["world_size"] == 3 for r in world.ranks)
     assert len({r.output.split()[-1] for r in world.ranks}) == 1  # one rendezvous for the job
+
+
+def test_two_agents_meet_as_one_job_of_two_machines(host, tmp_path):
+    port = _free_port()
+    meet = ("--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=t")
+    world = run_job(host, tmp_path, PLACE, jobs.Job("2 machines", 2, (meet, meet), nodes=2))
+    assert world.complete, world.agent_output
+    agents = sorted(r.first("worker")["env"]["AUTOGRADER_AGENT"] for r in world.ranks)
+    assert agents == ["0", "1"] and all(r.first("init_process_group")["world_size"] == 2 for r in world.ranks)
+
+
+def test_agents_that_never_meet_are_stopped_and_told_in_seconds(host, tmp_path):
+    port = _free_port()
+    apart = [("--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+              f"--rdzv-id={name}") for name in ("a", "b")]
+    job = jobs.Job("2 machines", 2, tuple(apart), nodes=2, meet_within=5.0)
+    world = run_job(host, tmp_path, PLACE, job)
+    assert world.unmet is not None and 5 <= world.unmet < 15 and world.elapsed < 20
+    assert "no rendezvous: the agents ran" in diagnosis.summary(world)
+
+
+def test_agents_that_form_separate_jobs_are_told_by_the_rank_taken_twice(host, tmp_path):
+    alone = ("--standalone", "--nproc-per-node=1")
+    world = run_job(host, tmp_path, PLACE, jobs.Job("2 machines", 2, (alone, alone), nodes=2))
+    assert world.duplicates and world.duplicates[0].startswith("attempt 0: rank 0, agent ")
+    assert not world.complete and "the agents formed separate jobs" in diagnosis.summary(world)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def test_a_script_under_plain_python_has_no_launcher(host, tmp_path):

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import ROOT
+from conftest import ROOT, browser_missing
 
 LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
 
@@ -20,7 +20,9 @@ def _untracked() -> set[str]:
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
-def test_lesson_runs_top_to_bottom(path, no_leftover_processes):
+def test_lesson_runs_top_to_bottom(path, no_leftover_processes, request):
+    if not browser_missing() and "browser" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("run in JupyterLab by tests/test_browser.py::test_lesson_runs_in_jupyterlab, which checks the same")
     before = _untracked()
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()

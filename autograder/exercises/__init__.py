@@ -32,6 +32,9 @@ class Exercise:
     world_sizes: tuple[int, ...] = (1, 2, 3)  # launched in this order
     # Script exercises of lesson 4: launched under the real torchrun (jobs.py), one launch per job, in order.
     jobs: tuple = ()
+    # Script exercises whose launch commands the student writes in the cell (4.3): the cell's code -> its
+    # jobs, read without running it; raises nodes.CommandError when they cannot run as written.
+    jobs_of: Callable[[str], tuple] | None = None
     exported: tuple[str, ...] = ()  # files in a job's working directory read back after it (a snapshot)
     layout: Callable[[int], Layout] | None = None  # world size -> nodes layout; default: one node
     timeout: float = 20.0  # seconds per launch
@@ -63,7 +66,7 @@ class Exercise:
                 for c in self.checks]
 
 
-MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2"}
+MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2", "4.3": "ex4_3"}
 
 
 def ids() -> list[str]:

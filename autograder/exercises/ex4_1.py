@@ -106,18 +106,32 @@ def _own_share_of_the_data(runs):
                         "only on the seed and the epoch, and every launch trains on the same global batches")
             given = (drawn[0].get("sampler_rank"), drawn[0].get("num_replicas"))
             if given != (rank, size):
-                why = (" Every rank took rank 0: a --local_rank argument keeps its default under torchrun, which "
-                       "passes none. Read RANK and LOCAL_RANK from the environment" if given[0] == 0 and rank != 0
-                       else " A world size written into the script is wrong for every other launch: read WORLD_SIZE"
-                       if given[1] != size else "")
                 return (f"{world.label}: rank {r.rank}'s DistributedSampler was given rank={given[0]}, "
-                        f"num_replicas={given[1]}, but the launcher made this process rank {rank} of {size}.{why}")
+                        f"num_replicas={given[1]}, but the launcher made this process rank {rank} of {size}."
+                        f"{_why_not_the_launchers(world, r, given)}")
         epochs = min(len(r.of("sampler_iter")) for r in world.ranks)
         for epoch in range(epochs):
             shares = {r.rank: r.of("sampler_iter")[epoch].get("indices", []) for r in world.ranks}
             problem = shares_disjoint_and_covering(shares, N, world.world_size, f"{world.label}, epoch {epoch}")
             if problem:
                 return problem
+
+
+def _why_not_the_launchers(world, r, given) -> str:
+    """What the sampler's rank and size were, if they were not the job's (given: rank, num_replicas)."""
+    rank, local, size = place(world, r)
+    env = (r.first("worker") or {}).get("env") or {}
+    if given[0] == local != rank:
+        return (" That is its LOCAL_RANK, its place on its own machine: the workers of every machine then draw the "
+                "same shares. The sampler needs the place in the whole job, RANK")
+    if given[0] == 0 and rank != 0:
+        return (" Every rank took rank 0: a --local_rank argument keeps its default under torchrun, which passes "
+                "none. Read RANK and LOCAL_RANK from the environment")
+    if given[1] != size and str(given[1]) == env.get("LOCAL_WORLD_SIZE") and world.layout.nodes > 1:
+        return " That is LOCAL_WORLD_SIZE, the workers of one machine: the job has WORLD_SIZE"
+    if given[1] != size:
+        return " A world size written into the script is wrong for every other launch: read WORLD_SIZE"
+    return ""
 
 
 def _settings_from_the_command_line(runs):
@@ -146,9 +160,13 @@ def _same_model_every_launch(runs):
 def _one_writer(runs):
     for world in runs:
         writers = sorted({r.rank for r in world.ranks if r.of("save")})
-        if writers != [0]:
-            return (f"{world.label}: torch.save was called by rank(s) {writers or 'none'}; exactly one writer, "
-                    "global rank 0, is expected")
+        if writers == [0]:
+            continue
+        firsts = sorted(r.rank for r in world.ranks if place(world, r)[1] == 0)
+        per_machine = (" One writer per machine: those are the LOCAL_RANK 0 workers, and every machine has one. "
+                       "RANK 0 is one worker in the whole job" if len(writers) > 1 and writers == firsts else "")
+        return (f"{world.label}: torch.save was called by rank(s) {writers or 'none'}; exactly one writer, "
+                f"global rank 0, is expected.{per_machine}")
 
 
 def _file_holds_the_trained_model(runs):

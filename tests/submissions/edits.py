@@ -1,7 +1,7 @@
 """Negative controls written as a correct solution plus the one small edit that is the mistake.
 
 A folder's ``mistakes.py`` names its correct ``BASE`` file and, for each mistake, what it does
-and its edits: (text found exactly once in the base, what replaces it). A reader sees the
+and its edits (and, third, another correct file to edit, if not BASE): (text found exactly once in the base, what replaces it). A reader sees the
 mistake in a line, and a fix to the correct solution reaches every control made from it.
 """
 
@@ -19,7 +19,8 @@ def mistakes(folder: Path) -> dict:
     spec = importlib.util.spec_from_file_location(f"mistakes_{folder.name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return {name: (doc, edits, folder / module.BASE) for name, (doc, edits) in module.MISTAKES.items()}
+    return {name: (doc, edits, folder / (base[0] if base else module.BASE))
+            for name, (doc, edits, *base) in module.MISTAKES.items()}
 
 
 def write(folder: Path, name: str, dest: Path) -> Path:
