@@ -26,6 +26,14 @@ def describe_problem(worlds: list[WorldRun], student: Path) -> str:
     return ""
 
 
+def _busy(world: WorldRun) -> str:
+    """A time limit passed on a machine with more work than CPUs: the grade may be the machine's fault."""
+    if world.load < 1.5:
+        return ""
+    return (f"; the machine was busy ({world.load:.1f} runnable processes per CPU): run the check again when "
+            "it is quieter, or allow more time (python -m autograder grade --timeout SECONDS)")
+
+
 def summary(world: WorldRun) -> str:
     """One line saying why this launch did not complete: a crash first, then a deadlock, then the time limit."""
     head = world.label
@@ -37,8 +45,8 @@ def summary(world: WorldRun) -> str:
     if world.unmet is not None:
         started = "no worker started" if not any(r.events for a in world.attempts for r in a) else \
             "no worker of theirs was running"
-        return (f"{head}: no rendezvous: the agents ran {world.unmet:.0f} s and {started}: they were waiting "
-                "for each other, and the grader stopped them")
+        return (f"{head}: no rendezvous: the agents waited {world.unmet:.0f} s for each other and {started}; "
+                "the grader stopped them")
     culprit = world.culprit()
     if culprit is not None:
         line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"
@@ -62,7 +70,7 @@ def summary(world: WorldRun) -> str:
         running = [r.rank for r in world.ranks if r.exitcode is None]
         return (f"{head}: rank(s) {', '.join(map(str, running))} still running at the time limit of "
                 f"{world.timeout:g} s, while not waiting for any other rank (still computing, or waiting on "
-                "something that is not a collective)")
+                "something that is not a collective)" + _busy(world))
     unstarted = [r.rank for r in world.ranks if r.exitcode is None and not r.events]
     if world.plan is not None and unstarted and all(r.ok for r in world.ranks if r.rank not in unstarted) \
             and all(c == 0 for c in world.agents.values()):

@@ -223,8 +223,10 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
         if world.timed_out:
             break  # larger launches would only wait as long again
     runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)})
-    problems = (describe_problem(worlds, student), gate(exercise, runs))  # a crash first, then why nothing counts
-    done = report(judge_all(exercise, runs), "\n\n".join(p for p in problems if p))
+    checks = judge_all(exercise, runs)
+    # the bugs left first, then a crash, then why nothing counts
+    problems = (exercise.tally(checks), describe_problem(worlds, student), gate(exercise, runs))
+    done = report(checks, "\n\n".join(p for p in problems if p))
     done.timeline = _timeline(exercise, worlds)
     return done
 

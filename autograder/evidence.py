@@ -154,6 +154,7 @@ class WorldRun:
     unmet: float | None = None  # seconds the agents waited with no worker before the grader stopped them
     duplicates: list[str] = field(default_factory=list)  # "attempt K: rank R, agent A": a RANK taken twice
     plan: object = None  # the jobs.Job this launch ran
+    load: float = 0.0  # runnable processes per CPU when the time limit passed
 
     @property
     def label(self) -> str:
@@ -200,7 +201,7 @@ def load(launch: LaunchResult, plan=None) -> WorldRun:
         attempts, ranks = [], _ranks(launch.workdir, launch.ranks, launch.events, launch.events_sha256)
     return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
                     launch.timeout, launch.host_failure, stopped_at=launch.stopped_at, job=job, attempts=attempts,
-                    agents=launch.agents, agent_output=launch.agent_output, unmet=launch.unmet, plan=plan,
+                    agents=launch.agents, agent_output=launch.agent_output, unmet=launch.unmet, plan=plan, load=launch.load,
                     duplicates=[f"attempt {a.number}: {d}" for a in launch.attempts for d in a.duplicates])
 
 

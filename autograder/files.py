@@ -37,6 +37,14 @@ class Folder:
         folder.path, folder.fd = self.path / name, fd
         return folder
 
+    def has(self, name: str) -> bool:
+        """Whether an entry ``name`` (of any kind) is in this directory."""
+        try:
+            os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
     def open(self, name: str) -> int | None:
         """A descriptor for the regular file ``name``, or None (missing, a link, a device, ...)."""
         try:

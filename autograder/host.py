@@ -356,6 +356,8 @@ def agent_main(index: int, options: list[str] | None, request: dict):
             worker.main(entry)  # ends this process
         from torch.distributed.run import main as torchrun
 
+        # From here the agent only waits for its peers: the grader's rendezvous clock starts (launch.JobWatch).
+        Path(request["workdir"], f"agent{index}.ready").touch()
         os.environ["AUTOGRADER_AGENT_PID"] = str(os.getpid())  # the parent every worker must find (worker.py)
 
         sys.argv = ["torchrun", *options, "-m", "autograder.worker", *entry]

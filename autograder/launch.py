@@ -99,6 +99,7 @@ class LaunchResult:
     # The agents ran this long with no worker of theirs running, and the grader stopped them: they
     # waited at a rendezvous that did not form.
     unmet: float | None = None
+    load: float = 0.0  # runnable processes per CPU (1-minute average) when the time limit passed
 
     @property
     def world_size(self) -> int:
@@ -323,7 +324,7 @@ class RankHost:
         folder = files.Folder(workdir)
         start = time.monotonic()
         result = LaunchResult(layout, workdir, [], 0.0, timeout)
-        watch = JobWatch(layout.world_size, folder)
+        watch = JobWatch(layout.world_size, folder, [options is not None for options in request["agents"]])
         try:
             self.send(op="job", workdir=str(workdir), cwd=str(workdir / "run"), limits=self._limits(limits or LIMITS),
                       **request)
@@ -363,6 +364,7 @@ class RankHost:
             watch.poll()
             if time.monotonic() - start > timeout:
                 result.timed_out = True
+                result.load = os.getloadavg()[0] / (os.cpu_count() or 1)
             elif unmet is not None and watch.idle() > unmet:
                 result.unmet = watch.idle()
             else:
@@ -437,11 +439,12 @@ class JobWatch:
     """The same watch over a torchrun job: the workers of each attempt (attempt<K>/ under the job's
     folder), and its agents. Only the latest attempt can stall: earlier ones are over."""
 
-    def __init__(self, world_size: int, folder: files.Folder):
+    def __init__(self, world_size: int, folder: files.Folder, torchrun: list[bool]):
         self.world_size, self.folder = world_size, folder
         self.attempts: list[tuple[files.Folder, Watch]] = []
         self.agents: dict[int, int | None] = {}
-        self.since = time.monotonic()  # the last sign of a worker: an attempt began, a worker recorded or ended
+        self.torchrun = torchrun  # for each agent, whether it runs torchrun (a rendezvous to wait for)
+        self.since = time.monotonic()  # the last sign of progress: agents ready, an attempt began, a worker moved
 
     def discover(self):
         while len(self.attempts) < 64:
@@ -452,14 +455,28 @@ class JobWatch:
             self.since = time.monotonic()
 
     def idle(self) -> float:
-        """Seconds since the last sign of a worker, when none of the latest attempt's workers runs: how
-        long the agents have been waiting for each other. 0 while a worker runs."""
+        """Seconds the agents have been waiting for each other: since the last sign of progress, while
+        every agent is up and no worker of the latest attempt runs. 0 otherwise. An agent still starting
+        or a worker still importing torch is slow, not stuck: on a loaded machine either can take longer
+        than any rendezvous should."""
+        if not self._agents_up() or self._workers_alive():
+            self.since = time.monotonic()
+            return 0.0
         if self.attempts:
-            watch = self.attempts[-1][1]
-            if any(watch.events[r] and r not in watch.exits for r in range(self.world_size)):
-                return 0.0
-            self.since = max(self.since, watch.last_progress)
+            self.since = max(self.since, self.attempts[-1][1].last_progress)
         return time.monotonic() - self.since
+
+    def _agents_up(self) -> bool:
+        """Every torchrun agent has started torchrun (host.agent_main marks it) or has ended."""
+        return all(not torchrun or i in self.agents or self.folder.has(f"agent{i}.ready")
+                   for i, torchrun in enumerate(self.torchrun))
+
+    def _workers_alive(self) -> bool:
+        """A worker of the latest attempt has started (its pid file is written first) and not ended."""
+        if not self.attempts:
+            return False
+        sub, watch = self.attempts[-1]
+        return any(r not in watch.exits and sub.has(f"rank{r}.pid") for r in range(self.world_size))
 
     def take(self, message: dict):
         if "agent" in message and isinstance(message["agent"], int):

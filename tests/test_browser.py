@@ -294,23 +294,35 @@ def test_pipeline_report_draws_the_students_run(lab, page):
     check.screenshot(path=SHOTS / "exercise_1_3_wrong.png")
 
 
-def test_a_checkpoint_resumed_at_another_world_size_in_jupyterlab(lab, page):
-    open_notebook(page, lab, "exercises/03_syncbn_sharding.ipynb")
+def wrong_then_right(lab, page, notebook: str, exercise_id: str, wrong: str, symptom: str, right: str):
+    """Grades a control of ``exercise_id`` in JupyterLab, expecting ``symptom`` in its report, then a
+    correct solution, expecting full marks; screenshots of both reports."""
+    open_notebook(page, lab, f"exercises/{notebook}")
     run_cell(page, code_cell(page, "%load_ext autograder"))
     wait_idle(page)
-    exercise = code_cell(page, "%%exercise 3.5")
-    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("3.5"'))
-    submissions = ROOT / "tests" / "submissions" / "ex3_5"
-    wrong = edits.write(submissions, "wrong_model_only", lab[2])
-    run_cell(page, exercise, f"%%exercise 3.5\n{wrong.read_text()}")
+    exercise = code_cell(page, f"%%exercise {exercise_id}")
+    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text=f'check("{exercise_id}"'))
+    submissions = ROOT / "tests" / "submissions" / f"ex{exercise_id.replace('.', '_')}"
+    run_cell(page, exercise, f"%%exercise {exercise_id}\n{edits.write(submissions, wrong, lab[2]).read_text()}")
     run_cell(page, check)
-    text, earned, possible = report_of(check, "3.5")
-    check.screenshot(path=SHOTS / "exercise_3_5_wrong.png")
-    assert earned < possible and "the optimizer started afresh" in text, text
+    text, earned, possible = report_of(check, exercise_id)
+    check.screenshot(path=SHOTS / f"exercise_{exercise_id.replace('.', '_')}_wrong.png")
+    assert earned < possible and symptom in text, text
 
-    run_cell(page, exercise, f"%%exercise 3.5\n{(submissions / 'correct_separate_parts.py').read_text()}")
+    run_cell(page, exercise, f"%%exercise {exercise_id}\n{(submissions / f'{right}.py').read_text()}")
     run_cell(page, check)
     page.wait_for_function("cell => !cell.innerText.includes('Hint')", arg=check.element_handle(), timeout=240_000)
-    text, earned, possible = report_of(check, "3.5")
-    check.screenshot(path=SHOTS / "exercise_3_5_right.png")
+    text, earned, possible = report_of(check, exercise_id)
+    check.screenshot(path=SHOTS / f"exercise_{exercise_id.replace('.', '_')}_right.png")
     assert earned == possible, text
+
+
+def test_a_checkpoint_resumed_at_another_world_size_in_jupyterlab(lab, page):
+    wrong_then_right(lab, page, "03_syncbn_sharding.ipynb", "3.5", "wrong_model_only", "the optimizer started afresh",
+                     "correct_separate_parts")
+
+
+def test_a_job_of_two_machines_in_jupyterlab(lab, page):
+    """The check cell of 4.3 starts two real torchrun agents from the notebook's kernel."""
+    wrong_then_right(lab, page, "04_torchrun.ipynb", "4.3", "wrong_writer_per_machine", "One writer per machine",
+                     "correct_static")

@@ -29,6 +29,7 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "4.1": "every launch runs to the end: python, and torchrun with 1, 2 and 3 processes",
         "4.2": "every job finishes: never interrupted, and after each kill",
         "4.3": "the job of two machines runs to the end",
+        "4.4": "every job finishes: never interrupted, and after each kill",
         "3.3": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
         "3.5": "the code runs to the end on every rank at every world size",
@@ -71,6 +72,9 @@ SAME_MODEL = "every launch trains the same model as one process on the same glob
 LOADS = "after a restart every rank loads the snapshot before it trains"
 TWICE = "no completed epoch is trained twice: the restart resumes after the last whole snapshot"
 BIT_FOR_BIT = "after each kill the final weights equal the uninterrupted run's, bit for bit"
+ORDER = "every epoch draws a new order of the data, in every attempt"
+ATOMIC = "a snapshot is written atomically: a kill during the write leaves the last one whole"
+SNAPSHOT_WRITER = "snapshots written by one rank: global rank 0"
 ONE_JOB = "one job of 4 workers: 2 agents of 2, RANK 0-3, LOCAL_RANK 0 and 1 on each machine"
 JOB_SHARE = "each rank draws its own share of the data across the whole job: RANK and WORLD_SIZE"
 JOB_WRITER = "exactly one writer in the job: global rank 0, not one per machine"
@@ -169,6 +173,11 @@ CAUGHT_BY = {
     ("4.3", "wrong_writer_per_machine"): {JOB_WRITER},
     ("4.3", "wrong_sampler_local_rank"): {JOB_SHARE, JOB_MODEL},
     ("4.3", "wrong_script_as_given"): {JOB_SHARE, JOB_WRITER, JOB_MODEL},
+    # 4.4's planted bugs one at a time, each named by its symptom (given_buggy.py has all four)
+    ("4.4", "wrong_writer_from_local_rank_flag"): {SNAPSHOT_WRITER},
+    ("4.4", "wrong_optimizer_not_restored"): {BIT_FOR_BIT},
+    ("4.4", "wrong_no_set_epoch"): {ORDER},
+    ("4.4", "wrong_snapshot_in_place"): {RUNS["4.4"], ATOMIC},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},
     ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
     ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
@@ -453,9 +462,20 @@ def test_the_script_4_3_hands_out_is_refused_for_its_commands_and_caught_for_its
     # under right commands, its two one-machine mistakes: wrong_script_as_given in CAUGHT_BY
 
 
+def test_the_script_4_4_hands_out_shows_the_symptoms_of_its_four_bugs_and_counts_them():
+    report = handed_out("4.4", "04_torchrun.ipynb", "given_buggy")
+    failed = {c.name for c in report.checks if c.status == "failed"}
+    planted = {name for symptom in exercises.get("4.4").planted for name in symptom}
+    assert planted <= failed, report.to_text()
+    assert report.problem.startswith("Planted bugs fixed: 0 of 4."), report.problem
+    one_left = graded("4.4", "wrong_no_set_epoch")
+    assert one_left.problem.startswith("Planted bugs fixed: 3 of 4."), one_left.problem
+    assert "Hint" not in report.to_text()  # from the symptom to the cause is the exercise
+
+
 def test_agents_that_never_meet_are_reported_as_a_hang_in_seconds():
     report = graded("4.3", "wrong_rdzv_id_per_machine")
-    assert "no rendezvous: the agents ran 20 s" in report.problem and report.elapsed < 40
+    assert "no rendezvous: the agents waited 20 s" in report.problem and report.elapsed < 40
     one_job = {c.name: c for c in report.checks}[ONE_JOB]
     assert "--rdzv-id differs: machine 0 'machine0', machine 1 'machine1'" in one_job.message
 

@@ -69,7 +69,7 @@ def test_agents_that_never_meet_are_stopped_and_told_in_seconds(host, tmp_path):
     job = jobs.Job("2 machines", 2, tuple(apart), nodes=2, meet_within=5.0)
     world = run_job(host, tmp_path, PLACE, job)
     assert world.unmet is not None and 5 <= world.unmet < 15 and world.elapsed < 20
-    assert "no rendezvous: the agents ran" in diagnosis.summary(world)
+    assert "no rendezvous: the agents waited" in diagnosis.summary(world)
 
 
 def test_agents_that_form_separate_jobs_are_told_by_the_rank_taken_twice(host, tmp_path):

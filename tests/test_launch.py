@@ -92,6 +92,16 @@ def test_the_wall_clock_limit_stops_ranks_and_keeps_their_stacks(host, tmp_path)
     assert all(r.exitcode is None and "forever.py" in r.stack for r in result.ranks)
 
 
+def test_a_time_limit_passed_on_a_busy_machine_says_the_machine_was_busy(host, tmp_path):
+    result = run(host, tmp_path, "forever", "import time\ntime.sleep(600)\n", Layout(2), timeout=1.5)
+    result.load = 0.5
+    assert "still running at the time limit of 1.5 s" in diagnosis.summary(evidence.load(result))
+    assert "busy" not in diagnosis.summary(evidence.load(result))
+    result.load = 6.0  # what the 1-minute load average per CPU is after minutes of 8 graders on 2 CPUs
+    said = diagnosis.summary(evidence.load(result))
+    assert "the machine was busy (6.0 runnable processes per CPU)" in said and "--timeout" in said
+
+
 def test_a_crash_is_reported_with_the_order_of_exits(host, tmp_path):
     result = run(host, tmp_path, "crash", """
         import time, torch, torch.distributed as dist

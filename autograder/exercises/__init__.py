@@ -46,6 +46,8 @@ class Exercise:
     # The part of the run the report draws, rank by rank: a pair of harness markers (the last
     # window between them), or None for the whole run after the ranks joined.
     timeline_between: tuple[str, str] | None = None
+    # "Find and fix" exercises: each planted bug, as the names of the checks its symptom fails.
+    planted: tuple[tuple[str, ...], ...] = ()
     points: float = field(init=False)
 
     def __post_init__(self):
@@ -58,6 +60,15 @@ class Exercise:
                            *self.checks]
         self.points = sum(c.points for c in self.checks)
 
+    def tally(self, results: list) -> str:
+        """How many planted bugs are fixed, as the report's first line; "" for other exercises."""
+        if not self.planted:
+            return ""
+        passed = {r.name for r in results if r.status == "passed"}
+        fixed = sum(all(name in passed for name in symptom) for symptom in self.planted)
+        return (f"Planted bugs fixed: {fixed} of {len(self.planted)}."
+                + (" The failing checks below are the symptoms of those left." if fixed < len(self.planted) else ""))
+
     def same_result(self, status: str, message: str, backend: str) -> list:
         """Every check with one status and message (GPU-only ones skipped on CPUs): nothing was judged."""
         from autograder.report import SKIPPED_ON_CPU
@@ -66,7 +77,7 @@ class Exercise:
                 for c in self.checks]
 
 
-MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2", "4.3": "ex4_3"}
+MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2", "4.3": "ex4_3", "4.4": "ex4_4"}
 
 
 def ids() -> list[str]:

@@ -54,7 +54,7 @@ def fault(world) -> dict | None:
 
 
 def _work(runs):
-    if not any(r.of("optimizer_step") for w in runs for r in w.ranks):
+    if not any(r.of("optimizer_step") for w in runs for a in w.attempts for r in a):
         return "no job took a single optimizer step"
     saved = [e for w in runs for a in w.attempts for r in a for e in r.of("save")
              if Path(str(e.get("path"))).name != OUT]
@@ -135,7 +135,7 @@ def _atomic(runs):
     target = str(world.workdir / "run" / SNAPSHOT)
     if path == target:
         return (f"{world.label}: rank 0 was killed while it wrote {SNAPSHOT} itself, and left it half written: "
-                "the restarted job found no snapshot it could load. Write to a temporary file in the same "
+                "a restart then finds no snapshot it can load. Write to a temporary file in the same "
                 "directory, then os.replace() it onto the snapshot")
 
 
@@ -197,11 +197,12 @@ def _bit_for_bit(runs):
             continue
         gap = (got - final).abs().max().item()
         return f"{world.label}: the final weights differ from the uninterrupted run's by up to {gap:.3g}. " + \
-            _where_it_went_wrong(world, want)
+            _where_it_went_wrong(world, want, [e.get("epoch") for e in base.ranks[0].of("sampler_iter")])
 
 
-def _where_it_went_wrong(world, want: list[torch.Tensor]) -> str:
-    """Why a resumed run left the uninterrupted one: at the restart, or at its first step after."""
+def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:
+    """Why a resumed run left the uninterrupted one: at the restart, or at its first step after.
+    ``drawn``: the sampler epochs the uninterrupted run's rank 0 went through, in order."""
     start = next((v for label, v in world.ranks[0].snapshots if label.startswith("epoch")), None)
     after = steps(world.ranks[0])
     initial = world.ranks[0].snapshots[0][1] if world.ranks[0].snapshots else None
@@ -216,7 +217,8 @@ def _where_it_went_wrong(world, want: list[torch.Tensor]) -> str:
     step = held[-1]
     if step < len(want) and after and not torch.equal(after[0], want[step]):
         epoch = next((e.get("epoch") for e in world.ranks[0].of("sampler_iter")), None)
-        if epoch != step // STEPS_PER_EPOCH:
+        due = step // STEPS_PER_EPOCH
+        if epoch != (drawn[due] if due < len(drawn) else due):
             return (f"The restart began from the weights after step {step}, the end of epoch "
                     f"{step // STEPS_PER_EPOCH - 1}, but then trained epoch {epoch}'s batches: go on at the epoch "
                     "after the one the snapshot holds.")

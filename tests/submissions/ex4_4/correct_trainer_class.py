@@ -1,0 +1,1 @@
+../ex4_2/correct_trainer_class.py
