@@ -201,3 +201,29 @@ def test_a_worker_that_forges_its_files_stops_nothing_but_itself(host, tmp_path)
     assert host.proc.poll() is None  # the host still serves
     assert len(world.attempts) == 1  # the link was not read as an attempt
     assert world.agents == {0: 0}
+
+
+def test_the_rendezvous_clock_runs_only_while_every_agent_is_up_and_no_worker_runs(tmp_path):
+    """A loaded machine makes agents slow to start and workers slow to import torch: neither is a
+    rendezvous that did not form (8 graders at once on 2 CPUs, benchmarks/concurrent_graders.py)."""
+    from autograder import files
+    from autograder.launch import JobWatch
+
+    folder = files.Folder(tmp_path)
+    watch = JobWatch(2, folder, [True, True])
+    (tmp_path / "agent0.ready").touch()
+    time.sleep(0.2)
+    assert watch.idle() == 0.0  # agent 1 still starting
+    (tmp_path / "agent1.ready").touch()
+    time.sleep(0.2)
+    assert watch.idle() >= 0.2  # both up, waiting for each other
+    (tmp_path / "attempt0").mkdir()
+    (tmp_path / "attempt0" / "rank1.pid").write_text("1234")
+    watch.poll()
+    time.sleep(0.2)
+    assert watch.idle() == 0.0  # a worker started: importing torch, however long that takes
+    watch.take({"exit": 1, "attempt": 0, "code": 0})
+    time.sleep(0.2)
+    assert watch.idle() >= 0.2  # it ended and no other worker runs: waiting again
+    watch.close()
+    folder.close()
