@@ -59,6 +59,8 @@ class Exercise:
             self.checks = [runs_to_the_end("the code runs to the end on every rank at every world size", 1),
                            *self.checks]
         self.points = sum(c.points for c in self.checks)
+        unknown = {name for symptom in self.planted for name in symptom} - {c.name for c in self.checks}
+        assert not unknown, f"exercise {self.id}: planted bugs name no check of it: {sorted(unknown)}"
 
     def tally(self, results: list) -> str:
         """How many planted bugs are fixed, as the report's first line; "" for other exercises."""

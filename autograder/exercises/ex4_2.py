@@ -39,6 +39,11 @@ def steps(r) -> list[torch.Tensor]:
     return r.kept_all("optimizer step")
 
 
+def sampler_epochs(r) -> list:
+    """The epochs a rank's sampler was iterated at, in order (set_epoch's, as the trace saw them)."""
+    return [e.get("epoch") for e in r.of("sampler_iter")]
+
+
 def uninterrupted(runs):
     return next((w for w in runs if not w.job.endswith(("epoch 2", "2nd file"))), None)
 
@@ -197,7 +202,7 @@ def _bit_for_bit(runs):
             continue
         gap = (got - final).abs().max().item()
         return f"{world.label}: the final weights differ from the uninterrupted run's by up to {gap:.3g}. " + \
-            _where_it_went_wrong(world, want, [e.get("epoch") for e in base.ranks[0].of("sampler_iter")])
+            _where_it_went_wrong(world, want, sampler_epochs(base.ranks[0]))
 
 
 def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:

@@ -23,12 +23,12 @@ def _order_changes_every_epoch(runs):
     for world in runs:
         for k, attempt in enumerate(world.attempts):
             for r in attempt:
-                epochs = [e.get("epoch") for e in r.of("sampler_iter")]
+                epochs = ex4_2.sampler_epochs(r)
                 if len(epochs) > 1 and len(set(epochs)) < len(epochs):
                     return (f"{world.label}, attempt {k}: rank {r.rank} went through its sampler {len(epochs)} times, "
                             f"with epochs {epochs}: the epochs repeat one order of the samples")
     base = ex4_2.uninterrupted(runs)
-    drawn = [e.get("epoch") for e in base.ranks[0].of("sampler_iter")] if base and base.ranks else []
+    drawn = ex4_2.sampler_epochs(base.ranks[0]) if base and base.ranks else []
     if drawn and drawn != list(range(ex4_2.EPOCHS)):
         return f"{base.label}: rank 0's sampler ran with epochs {drawn}, not 0 to {ex4_2.EPOCHS - 1}"
 
