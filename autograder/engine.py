@@ -44,6 +44,11 @@ def choose_backend(world_sizes: list[int], requested: str | None = None) -> str:
     Order of precedence: the argument, then AUTOGRADER_BACKEND, then what the machine has.
     """
     requested = requested or os.environ.get("AUTOGRADER_BACKEND")
+    if requested == "nccl" and gpu_count() < max(world_sizes):
+        raise UsageError(f"nccl needs a GPU of its own for every rank: this grading launches up to "
+                         f"{max(world_sizes)} ranks and this machine has {gpu_count()} GPU(s). Grade with "
+                         f"--backend gloo, or with --world-sizes of at most {gpu_count()}."
+                         if gpu_count() else "nccl needs GPUs and this machine has none: grade with --backend gloo.")
     if requested in ("gloo", "nccl"):
         return requested
     if requested:
@@ -137,7 +142,7 @@ def grade(
             report = Report(exercise.id, exercise.title, "gloo", sizes,
                             exercise.same_result("error", "not judged: the code does not run (see above)", "gloo"), problem)
         else:
-            chosen = choose_backend(sizes, backend)
+            chosen = "gloo" if exercise.on_cpu else choose_backend(sizes, backend)
             report = _grade(exercise, host, student, root, sizes, chosen, seed, timeout or exercise.timeout, progress,
                             jobs)
         report.sandbox = sandbox_note

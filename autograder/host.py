@@ -346,6 +346,7 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         _child_start(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
         output_to(Path(request["workdir"]) / f"agent{index}.log")
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
+        os.environ.update({str(k): str(v) for k, v in (request.get("agent_env") or [{}] * (index + 1))[index].items()})
         os.environ["AUTOGRADER_TRACE"] = request["workdir"]
         os.environ["AUTOGRADER_AGENT"] = str(index)  # which machine a worker belongs to
         os.chdir(request["cwd"])

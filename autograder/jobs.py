@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autograder.launch import Layout
+from autograder.launch import Layout, node_gpus
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,13 @@ class Job:
             **self.env,
         }
         return {"agents": [list(a) if a is not None else None for a in self.agents], "script": script,
-                "args": list(self.args), "env": env}
+                "args": list(self.args), "env": env, "agent_env": self.agent_env(backend)}
+
+    def agent_env(self, backend: str) -> list[dict]:
+        """What each agent adds to the job's environment: with nccl, each simulated node its own GPUs."""
+        if backend != "nccl" or len(self.agents) < 2:
+            return [{} for _ in self.agents]
+        return [{"CUDA_VISIBLE_DEVICES": node_gpus(self.layout, k)} for k in range(len(self.agents))]
 
 
 PYTHON = "python, 1 process"

@@ -142,7 +142,16 @@ def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -
     if not use_gpus:
         # Hide GPUs so that `"nccl" if torch.cuda.is_available() else "gloo"` picks gloo.
         env["CUDA_VISIBLE_DEVICES"] = ""
+    elif layout.nodes > 1:
+        env["CUDA_VISIBLE_DEVICES"] = node_gpus(layout, layout.node_rank(rank))
     return env
+
+
+def node_gpus(layout: Layout, node: int) -> str:
+    """The GPUs a node simulated on this machine may see: node k's local rank r runs on the machine's
+    GPU k*L + r (L ranks per node), where every node would otherwise claim cuda:r, which nccl refuses
+    ("Duplicate GPU detected")."""
+    return ",".join(str(node * layout.local_world_size + r) for r in range(layout.local_world_size))
 
 
 # Per rank: address space (CPU ranks only), size of any file written, and processes of the

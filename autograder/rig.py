@@ -16,7 +16,12 @@ def backend() -> str:
 
 
 def join_group():
-    dist.init_process_group(backend())
+    if backend() == "nccl":  # each rank on the GPU of its local rank, before the group's first collective
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group(backend())
     # Every rank connected before the student's code runs: a rank that finishes (and exits)
     # while another is still connecting would make that one fail to start, not the code under test.
     dist.barrier()

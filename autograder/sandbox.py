@@ -5,6 +5,8 @@ What a submission's ranks get (see README, "What a submission can and cannot do"
 - a PID namespace of their own: nothing outside is visible, and nothing they start outlives
   the grading (the namespace dies with its first process);
 - a network namespace with only a loopback interface;
+- a minimal /dev, plus the GPU device nodes the machine has (nccl ranks need them; gloo ranks
+  are launched with CUDA_VISIBLE_DEVICES empty, so CUDA does not use them);
 - the whole filesystem read-only, with the home directories, the temporary directories, the
   directory the grader was started from and the course repository hidden behind empty
   ones; only the Python installation and the packages the ranks import are shown again,
@@ -57,6 +59,8 @@ class Sandbox:
         """``command`` run inside the sandbox, with ``writable`` the one writable directory."""
         args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--new-session",
                 "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+        for node in gpu_device_nodes():
+            args += ["--dev-bind", str(node), str(node)]
         hidden = _hidden(hide)
         for path in hidden:  # /tmp stays a usable temporary directory, empty and private
             args += (["--perms", "01777"] if path == Path("/tmp") else []) + ["--tmpfs", str(path)]
@@ -85,6 +89,12 @@ class Sandbox:
         """Make a directory the grader created writable for the ranks."""
         if self.drop_privileges:
             os.chown(path, self.uid, self.uid)
+
+
+def gpu_device_nodes(dev: Path = Path("/dev")) -> list[Path]:
+    """NVIDIA's device nodes (each GPU, the control and memory-manager nodes, the capabilities):
+    bubblewrap's fresh /dev has none of them, and without them CUDA finds no GPU."""
+    return sorted(dev.glob("nvidia*"))
 
 
 def _kept_environment() -> list[str]:

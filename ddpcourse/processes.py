@@ -60,22 +60,48 @@ class LaunchTimeout(TimeoutError):
     """Ranks were still running after the launch's timeout; the message holds their stacks."""
 
 
+def hide_gpus_from_this_process() -> int:
+    """Make torch in this process see no GPU, for good; return how many GPUs the machine has.
+
+    The ranks `launch` forks are copies of this process. On a machine with GPUs, the first backward
+    pass here starts one autograd thread per GPU, and a forked copy of a process with those threads
+    refuses to run backward ("Unable to handle autograd's threading in combination with fork-based
+    multiprocessing"). With no GPU in sight, autograd starts none, and the forked ranks work (on the
+    CPU, as they do everywhere). Processes started afresh (subprocess, torchrun) still see every GPU.
+    Call it before anything asks torch about GPUs: torch counts them once per process.
+    """
+    if not torch.backends.cuda.is_built():
+        return 0
+    machine = max(torch.cuda._device_count_nvml(), 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        seen = torch._C._cuda_getDeviceCount()  # counted now with none visible, and kept
+    finally:
+        if visible is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    if seen:
+        raise RuntimeError("torch had already counted this machine's GPUs: restart the kernel and call "
+                           "hide_gpus_from_this_process() before anything asks torch about GPUs")
+    return machine
+
+
 def launch(body: Callable[..., Any], world_size: int = 2, *, timeout: float = 60.0,
-           group_timeout: float | timedelta | None = None, gpus: bool = False, **kwargs) -> list[Any]:
+           group_timeout: float | timedelta | None = None, **kwargs) -> list[Any]:
     """Run ``body(rank, world_size, **kwargs)`` in `world_size` forked processes; return the results by rank.
 
     The processes form a gloo process group before `body` starts, and leave it together after it
     returns. `group_timeout` (seconds) is the group's timeout, after which a collective that some
     rank never joins fails (PyTorch's default for gloo is 30 minutes); `timeout` bounds the
     whole launch. Return values must be picklable: tensors, numbers, strings, lists, dicts.
-    With `gpus`, on a machine with a GPU for every rank, the group uses nccl and rank r works on
-    cuda:r (elsewhere gloo on CPUs, as without it).
     """
     if isinstance(group_timeout, (int, float)):
         group_timeout = timedelta(seconds=group_timeout)
     run_dir = Path(tempfile.mkdtemp(prefix="ddpcourse-launch-"))
     context = mp.get_context("fork")
-    ranks = [context.Process(target=_rank_main, args=(rank, world_size, run_dir, body, kwargs, group_timeout, gpus),
+    ranks = [context.Process(target=_rank_main, args=(rank, world_size, run_dir, body, kwargs, group_timeout),
                              name=f"rank{rank}", daemon=True) for rank in range(world_size)]
     try:
         for process in ranks:
@@ -91,16 +117,13 @@ def launch(body: Callable[..., Any], world_size: int = 2, *, timeout: float = 60
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _rank_main(rank, world_size, run_dir, body, kwargs, group_timeout, gpus):
+def _rank_main(rank, world_size, run_dir, body, kwargs, group_timeout):
     """What each forked process runs: join the group, run the body, write the outcome."""
     torch.set_num_threads(1)
     stack_file = open(run_dir / f"stack_{rank}.txt", "w")  # noqa: SIM115 (open until the process ends)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     try:
-        # the CPU unless GPUs are asked for: results comparable everywhere
-        backend, device = pick(rank, world_size, gpu_count=None if gpus else 0)
-        if backend == "nccl":
-            torch.cuda.set_device(device)
+        backend, _ = pick(rank, world_size, gpu_count=0)  # the CPU everywhere: results comparable
         options = {} if group_timeout is None else {"timeout": group_timeout}
         dist.init_process_group(backend, init_method=f"file://{run_dir / 'rendezvous'}",
                                 rank=rank, world_size=world_size, **options)

@@ -39,3 +39,90 @@ def test_counts_the_gpus_of_this_machine_by_default(monkeypatch):
 def test_rejects_a_local_rank_outside_the_machine(local_rank):
     with pytest.raises(ValueError, match="local_rank"):
         pick(local_rank, 2, gpu_count=2)
+
+
+def test_the_sandbox_shows_the_ranks_every_nvidia_device_node_and_no_other(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from autograder import sandbox
+
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-caps", "null", "dri"):
+        (tmp_path / name).touch()
+    nodes = sandbox.gpu_device_nodes(tmp_path)
+    assert [n.name for n in nodes] == ["nvidia-caps", "nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl"]
+
+    monkeypatch.setattr(sandbox, "gpu_device_nodes", lambda: nodes)
+    args = sandbox.Sandbox("bwrap", drop_privileges=False).wrap(["true"], tmp_path, [])
+    bound = [args[i + 1] for i, a in enumerate(args) if a == "--dev-bind"]
+    assert bound == [str(n) for n in nodes]
+    assert args.index("--dev") < args.index("--dev-bind")  # bound into the fresh /dev, not hidden by it
+    monkeypatch.setattr(sandbox, "gpu_device_nodes", lambda: [])
+    assert "--dev-bind" not in sandbox.Sandbox("bwrap", drop_privileges=False).wrap(["true"], tmp_path, [])
+
+
+def test_nccl_is_refused_with_fewer_gpus_than_ranks_saying_what_to_do(monkeypatch):
+    from autograder import engine
+    from autograder.source import UsageError
+
+    monkeypatch.setattr(engine, "gpu_count", lambda: 1)
+    assert engine.choose_backend([1, 2, 3]) == "gloo"
+    assert engine.choose_backend([1]) == "nccl"
+    assert engine.choose_backend([1], "nccl") == "nccl"
+    with pytest.raises(UsageError, match=r"up to 3 ranks and this machine has 1 GPU.*--backend gloo.*at most 1"):
+        engine.choose_backend([1, 2, 3], "nccl")
+    monkeypatch.setattr(engine, "gpu_count", lambda: 0)
+    with pytest.raises(UsageError, match="has none: grade with --backend gloo"):
+        engine.choose_backend([1], "nccl")
+
+
+def test_nodes_simulated_on_one_machine_with_nccl_each_get_gpus_of_their_own():
+    from autograder.jobs import Job, standalone
+
+    two_nodes = Job("2 machines", 4, (("--nnodes=2",), ("--nnodes=2",)), nodes=2)
+    assert two_nodes.agent_env("nccl") == [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert two_nodes.agent_env("gloo") == [{}, {}]  # gloo hides every GPU from the whole job instead
+    assert two_nodes.request("train.py", "gloo")["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert standalone(2).agent_env("nccl") == [{}]  # one node: torchrun's local ranks are the GPUs
+
+
+def test_forked_ranks_of_simulated_nodes_with_nccl_each_see_their_nodes_gpus():
+    from autograder.launch import Layout, torchrun_environment
+
+    seen = [torchrun_environment(Layout(4, nodes=2), rank, 29500, use_gpus=True) for rank in range(4)]
+    assert [(e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in seen] == [
+        ("0", "0,1"), ("1", "0,1"), ("0", "2,3"), ("1", "2,3")]
+    assert "CUDA_VISIBLE_DEVICES" not in torchrun_environment(Layout(2), 0, 29500, use_gpus=True)
+    assert torchrun_environment(Layout(4, nodes=2), 0, 29500, use_gpus=False)["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_every_function_exercise_either_puts_its_work_on_the_ranks_gpus_or_is_graded_on_cpus():
+    import inspect
+
+    from autograder import exercises
+
+    for exercise_id in exercises.ids():
+        exercise = exercises.get(exercise_id)
+        if exercise.kind == "function" and not exercise.on_cpu:
+            # its harness places the work on the rank's GPU, or the student's code does and a GPU-only check sees it
+            source = inspect.getsource(inspect.getmodule(exercise.harness))
+            assert "device_for(" in source or any(c.gpu_only for c in exercise.checks), \
+                f"{exercise_id}: nccl would be handed CPU tensors; mark it on_cpu"
+
+
+class _Chosen(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exercise_id, submission, backend", [
+    ("1.1", "ex1_1/correct_loops.py", "gloo"), ("2.4", "ex2_4/correct_strided.py", "nccl")])
+def test_with_a_gpu_per_rank_only_exercises_on_gpu_tensors_get_nccl(exercise_id, submission, backend, monkeypatch):
+    from autograder import engine
+    from conftest import SUBMISSIONS
+
+    def chosen(exercise, host, student, root, sizes, backend, *args, **kwargs):
+        raise _Chosen(backend)
+
+    monkeypatch.setattr(engine, "gpu_count", lambda: 8)
+    monkeypatch.setattr(engine, "_grade", chosen)
+    with pytest.raises(_Chosen, match=f"^{backend}$"):
+        engine.grade(exercise_id, SUBMISSIONS / submission, [1, 2])

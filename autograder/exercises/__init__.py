@@ -30,6 +30,9 @@ class Exercise:
     expected: Callable[[int], dict] = lambda seed: {}
     work: Callable | None = None  # runs -> None, or why nothing of the exercise's work was seen
     world_sizes: tuple[int, ...] = (1, 2, 3)  # launched in this order
+    # The harness hands the student CPU tensors (lesson 1's collectives by hand, the quizzes...): graded
+    # with gloo even where every rank could have a GPU, since nccl moves only GPU tensors.
+    on_cpu: bool = False
     # Script exercises of lesson 4: launched under the real torchrun (jobs.py), one launch per job, in order.
     jobs: tuple = ()
     # Script exercises whose launch commands the student writes in the cell (4.3): the cell's code -> its

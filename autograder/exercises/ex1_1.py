@@ -180,7 +180,7 @@ def _work(runs):
 EXERCISE = Exercise(
     id="1.1",
     title="data parallelism by hand",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="average_gradients",
     harness=harness,
     params=lambda seed: {"seed": seed},

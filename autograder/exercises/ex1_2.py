@@ -122,7 +122,7 @@ def _work(runs):
 EXERCISE = Exercise(
     id="1.2",
     title="ring all-reduce from send and recv",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="ring_all_reduce",
     harness=harness,
     params=lambda seed: {"seed": seed},

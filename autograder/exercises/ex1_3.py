@@ -298,7 +298,7 @@ def _work(runs):
 EXERCISE = Exercise(
     id="1.3",
     title="a GPipe pipeline",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="pipeline_step",
     harness=harness,
     params=lambda seed: {"seed": seed},

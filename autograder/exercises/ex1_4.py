@@ -277,7 +277,7 @@ def _work(runs):
 EXERCISE = Exercise(
     id="1.4",
     title="a tensor-parallel MLP",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="tensor_parallel_mlp",
     harness=harness,
     params=lambda seed: {"seed": seed},

@@ -307,7 +307,7 @@ def _sent_explained(q, got, want, scheme, blocks, d, h, w, rows) -> str:
 EXERCISE = Exercise(
     id="1.5",
     title="predict the costs per rank",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="per_rank_costs",
     harness=harness,
     world_sizes=(1, 2, 3, 4),

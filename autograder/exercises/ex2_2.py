@@ -73,7 +73,7 @@ def _batch_size(runs):
 EXERCISE = Exercise(
     id="2.2",
     title="data loader over a DistributedSampler",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="build_loader",
     harness=harness,
     params=lambda seed: {"seed": seed},

@@ -281,7 +281,7 @@ def _work(runs):
 EXERCISE = Exercise(
     id="3.1",
     title="synchronized batch norm from scratch",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="sync_batch_norm",
     harness=harness,
     params=lambda seed: {"seed": seed},

@@ -265,7 +265,7 @@ def _optimizer_continues(runs):
 EXERCISE = Exercise(
     id="3.3",
     title="ZeRO stage 1 and its checkpoint",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="make_optimizer",
     harness=harness,
     params=lambda seed: {"seed": seed},

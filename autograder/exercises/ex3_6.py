@@ -187,7 +187,7 @@ def _work(runs):
 EXERCISE = Exercise(
     id="3.6",
     title="predict, then measure, the training state per rank",
-    kind="function",
+    kind="function", on_cpu=True,
     entry="predict",
     harness=harness,
     params=lambda seed: {"seed": seed},

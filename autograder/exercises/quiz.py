@@ -61,5 +61,5 @@ def concept_check(exercise_id: str, asked: dict[str, tuple[str, str]], accepted:
     """The Exercise of a lesson's concept check: one point per question, the answers in ANSWERS."""
     from autograder.exercises import Exercise
 
-    return Exercise(id=exercise_id, title="concept check", kind="function", entry="ANSWERS", harness=harness,
+    return Exercise(id=exercise_id, title="concept check", kind="function", entry="ANSWERS", harness=harness, on_cpu=True,
                     world_sizes=(1,), checks=questions(int(exercise_id.split(".")[0]), asked, accepted, digest))
