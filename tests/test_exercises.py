@@ -183,6 +183,7 @@ CAUGHT_BY = {
     ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
     ("4.2", "wrong_restart_count_as_epoch"): {TWICE, BIT_FOR_BIT},
     ("4.2", "wrong_every_rank_writes"): {"snapshots written by one rank: global rank 0"},
+    ("4.2", "wrong_reads_before_written"): {"every rank reads a snapshot only once rank 0 has finished writing it"},
     ("4.2", "wrong_written_in_place"): {RUNS["4.2"], "a snapshot is written atomically: a kill during the write leaves the last one whole"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},

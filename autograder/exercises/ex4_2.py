@@ -155,6 +155,40 @@ def _loads_before_training(runs):
                             "every rank loads it when the job starts")
 
 
+def _done(r, seq: int) -> tuple[int, int, int]:
+    """Up to a rank's event ``seq``: its optimizer steps, the collectives it entered, those it left."""
+    def count(kind):
+        return sum(1 for e in r.of(kind) if e["seq"] < seq)
+    return count("optimizer_step"), count("collective"), count("collective_done")
+
+
+def _ordered(first, first_seq: int, then, then_seq: int) -> bool:
+    """Whether rank ``first``'s event is known to happen before rank ``then``'s: a collective, or a DDP
+    step (its gradients are all-reduced in backward), that ``first`` entered after its event and
+    ``then`` finished before its own. Collectives inside DDP are not traced; its steps stand for them."""
+    steps, entered, _ = _done(first, first_seq)
+    steps_then, _, left_then = _done(then, then_seq)
+    return steps_then >= steps + 1 or left_then >= entered + 1
+
+
+def _reads_after_the_write(runs):
+    for world in runs:
+        for k, attempt in enumerate(world.attempts):
+            writer = next((r for r in attempt if r.rank == 0), None)
+            if writer is None:
+                continue
+            ends = [e["seq"] for e in writer.of("saved")]
+            writes = [(e["seq"], ends[i] if i < len(ends) else None) for i, e in enumerate(writer.of("save"))]
+            for r in (r for r in attempt if r.rank != 0):
+                for load in (e for e in r.of("load") if Path(e.get("path") or "").name == SNAPSHOT):
+                    for start, end in writes:
+                        after = end is not None and _ordered(writer, end, r, load["seq"])
+                        if not after and not _ordered(r, load["seq"], writer, start):
+                            return (f"{world.label}, attempt {k}: rank {r.rank} read {SNAPSHOT} while rank 0 "
+                                    "wrote a snapshot, with nothing to make it wait for the write to end: it "
+                                    "reads the previous snapshot, or none, depending on which rank is faster")
+
+
 def _resume_point(world) -> int | None:
     """Steps the restart must not take again: the epochs completed before a kill in an epoch; the steps
     before the last file written whole, for a kill during a write."""
@@ -255,6 +289,8 @@ EXERCISE = Exercise(
               needs="partial", hint="torch.save(state, path + '.tmp'); os.replace(path + '.tmp', path)"),
         Check("after a restart every rank loads the snapshot before it trains", 1, _loads_before_training,
               hint="if os.path.exists(args.snapshot): every rank torch.load()s it and restores model and optimizer"),
+        Check("every rank reads a snapshot only once rank 0 has finished writing it", 1, _reads_after_the_write,
+              needs="partial", hint="if rank == 0: save the snapshot; then dist.barrier() before any rank reads it"),
         Check("no completed epoch is trained twice: the restart resumes after the last whole snapshot", 3,
               _no_epoch_trained_twice, hint="for epoch in range(snapshot['epoch'] + 1, args.epochs)"),
         Check("after each kill the final weights equal the uninterrupted run's, bit for bit", 3, _bit_for_bit,

@@ -17,6 +17,11 @@ MISTAKES = {
         "takes TORCHELASTIC_RESTART_COUNT for the epoch to resume at",
         [('        first_epoch = snapshot["epoch"] + 1\n',
           '        first_epoch = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))\n')]),
+    "wrong_reads_before_written": (
+        "every rank reads back the snapshot it would resume from, without waiting for rank 0 to write it",
+        [("        if distributed:\n            dist.barrier()  # the snapshot of this epoch is whole before any rank goes on\n",
+          "        if os.path.exists(args.snapshot):  # the snapshot a restart would resume from\n"
+          "            print(f\"rank {rank}: snapshot of epoch {torch.load(args.snapshot)['epoch']}\")\n")]),
     "wrong_every_rank_writes": (
         "writes the snapshot on every rank",
         [("        if rank == 0:\n            save_snapshot(", "        if True:\n            save_snapshot(")]),
