@@ -14,8 +14,10 @@ and answers each with one JSON line on stdout: ``{"report": {...}}``, or
 The student's code never runs in this process. It keeps one rank host (launch.py) warm for
 this kernel, in the sandbox, and starts a new one whenever the last one was lost. That host
 serves this student's checks only: another kernel, another student, has its own. DIR, made
-by the kernel, is the host's work directory; the kernel removes it when it stops the server,
-and a server removes those of servers that died without cleaning up. It dies with the kernel.
+by the kernel, is the host's work directory; the kernel removes it when it stops the server. The
+server ends with the kernel: a kernel killed before it could stop the server (SIGKILL, a crash)
+makes it end by itself, stopping its rank host and removing DIR and its log. A server also removes
+what servers killed before they could clean up left behind.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from pathlib import Path
 def serve(root: Path) -> int:
     from autograder.host import PR_SET_PDEATHSIG, _prctl
 
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    kernel = os.getppid()
+    signal.signal(signal.SIGTERM, _end)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the kernel gone: unwind, stop the host, clean up
     from autograder import engine
     from autograder.source import UsageError
 
@@ -64,7 +68,19 @@ def serve(root: Path) -> int:
     finally:
         if kept is not None:
             kept[0].close()
+        if os.getppid() != kernel:  # the kernel is gone: nobody else will clean up after this server
+            engine.remove_tree(root)
+            log_of(root).unlink(missing_ok=True)
     return 0
+
+
+def _end(signum, frame):
+    raise SystemExit(0)
+
+
+def log_of(root: Path) -> Path:
+    """Where a kernel's grader writes what it prints: beside its work directory."""
+    return Path(f"{root}.log")
 
 
 ROOT_PREFIX = "autograder-kernel-"
@@ -130,7 +146,7 @@ class WarmGrader:
 
     def _start(self):
         self.root = new_root()
-        self.log = Path(f"{self.root}.log")
+        self.log = log_of(self.root)
         with open(self.log, "wb") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autograder", "serve", "--root", str(self.root)],

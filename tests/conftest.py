@@ -25,20 +25,30 @@ def browser_missing() -> str | None:
     return None
 
 
-def rank_processes() -> set[int]:
-    """PIDs of live processes descended from this test run (ranks the grader forked)."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+def descendants(pid: int) -> set[int]:
+    """Live processes under `pid` (zombies are not), from ps."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}
     for line in out.splitlines():
-        pid, ppid = map(int, line.split())
-        children.setdefault(ppid, []).append(pid)
-    found, stack = set(), [os.getpid()]
+        child, parent, stat = line.split()
+        if not stat.startswith("Z"):
+            children.setdefault(int(parent), []).append(int(child))
+    found, stack = set(), [pid]
     while stack:
         for child in children.get(stack.pop(), []):
             found.add(child)
             stack.append(child)
-    found.discard(os.getpid())
     return found
+
+
+def alive(pids) -> set[int]:
+    """Those of `pids` still running (a zombie has ended)."""
+    return {pid for pid in pids if _alive(pid)}
+
+
+def rank_processes() -> set[int]:
+    """PIDs of live processes descended from this test run (ranks the grader forked)."""
+    return descendants(os.getpid())
 
 
 @pytest.fixture
@@ -46,11 +56,10 @@ def no_leftover_processes():
     """Fails the test if it leaves any process of ours running."""
     before = rank_processes()
     yield
-    left = rank_processes() - before
-    alive = [pid for pid in left if _alive(pid)]
-    for pid in alive:
+    left = sorted(alive(rank_processes() - before))
+    for pid in left:
         os.kill(pid, signal.SIGKILL)
-    assert not alive, f"processes left behind: {alive}"
+    assert not left, f"processes left behind: {left}"
 
 
 def _alive(pid: int) -> bool:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, browser_missing, edits
+from conftest import ROOT, alive, browser_missing, descendants, edits
 
 pytestmark = pytest.mark.browser
 
@@ -52,28 +52,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def descendants(pid: int) -> set[int]:
-    """Live processes under `pid`, from ps."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        child, parent, stat = line.split()
-        if not stat.startswith("Z"):
-            children.setdefault(int(parent), []).append(int(child))
-    found, stack = set(), [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.add(child)
-            stack.append(child)
-    return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    out = subprocess.run(["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))], capture_output=True,
-                         text=True).stdout if pids else ""
-    return {int(pid) for pid, stat in (line.split() for line in out.splitlines()) if not stat.startswith("Z")}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from autograder import diagnosis, evidence, jobs
 from autograder.engine import start_host
-from conftest import ROOT
+from conftest import ROOT, alive, descendants
 
 
 @pytest.fixture
@@ -141,34 +141,20 @@ def test_a_grader_killed_mid_job_leaves_no_agent_and_no_worker(sandbox, tmp_path
         deadline, workers = time.monotonic() + 60, []
         while time.monotonic() < deadline and len(workers) < 2:  # both workers of the first job are running
             time.sleep(0.1)
-            tree = _tree(grader.pid)
+            tree = descendants(grader.pid)
             workers = [pid for pid in tree if "autograder.worker" in _command(pid)]
         assert len(workers) >= 2, "the job's workers never started"
-        tree = _tree(grader.pid)
+        tree = descendants(grader.pid)
         os.kill(grader.pid, signal.SIGKILL)
         grader.wait()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and [pid for pid in tree if _alive(pid)]:
+        while time.monotonic() < deadline and alive(tree):
             time.sleep(0.1)
-        assert [_command(pid) for pid in tree if _alive(pid)] == []
+        assert [_command(pid) for pid in alive(tree)] == []
     finally:
         if grader.poll() is None:
             os.killpg(grader.pid, signal.SIGKILL)
             grader.wait()
-
-
-def _tree(root: int) -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        pid, ppid = map(int, line.split())
-        children.setdefault(ppid, []).append(pid)
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
 
 
 def _command(pid: int) -> str:
@@ -177,14 +163,6 @@ def _command(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_worker_that_forges_its_files_stops_nothing_but_itself(host, tmp_path):

@@ -1,7 +1,10 @@
 """The notebook front end: the `%%exercise` magic and `check`, in a real kernel and without one."""
 
 import os
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -10,6 +13,7 @@ from nbclient import NotebookClient
 
 from autograder import exercises, notebook
 from autograder.report import CheckResult, Report
+from conftest import alive, descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 WRONG_2_4 = ROOT / "tests" / "submissions" / "ex2_4" / "wrong_mean_of_accuracies.py"
@@ -132,3 +136,72 @@ def test_one_score_everywhere_rounded_to_two_decimals():
     assert report.to_dict()["score"] == 1.33 and report.to_dict()["max_score"] == 4
     assert "1.33/4 points" in report.to_text() and "1 check(s) skipped" in report.headline()
     assert "1.33/4 points" in notebook.CheckOutcome("2.4", report)._repr_html_()
+
+
+KERNEL = """
+import json, sys, time
+from autograder.server import WarmGrader
+grader = WarmGrader()
+grader.ask({"exercise": "9.9", "path": sys.argv[1]}, 120)  # starts the server
+print(grader.root, grader.proc.pid, flush=True)
+grader.proc.stdin.write((json.dumps({"exercise": "2.4", "path": sys.argv[1]}) + "\\n").encode())
+grader.proc.stdin.flush()  # a grading in flight, whose ranks sleep
+time.sleep(600)
+"""
+
+
+def test_a_kernel_killed_mid_check_leaves_no_grader_no_ranks_and_no_files(tmp_path):
+    slow = tmp_path / "slow.py"
+    slow.write_text(WRONG_2_4.read_text() + "\nimport time\ntime.sleep(60)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(slow)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    try:
+        root, server = kernel.stdout.readline().split()
+        deadline = time.monotonic() + 60
+        while len(descendants(int(server))) < 3 and time.monotonic() < deadline:  # its host, ranks
+            time.sleep(0.2)
+        grading = {int(server)} | descendants(int(server))
+        assert len(grading) >= 4, "the grading never started its ranks"
+        kernel.kill()
+        kernel.wait()
+        deadline = time.monotonic() + 15
+        while (alive(grading) or Path(root).exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert alive(grading) == set(), "the grader or its ranks outlived the kernel"
+        assert not Path(root).exists() and not Path(f"{root}.log").exists()
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+
+
+def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    before = set(Path(tempfile.gettempdir()).glob("autograder-*"))
+    kernel, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        def run(code: str) -> dict:
+            client.execute(code)
+            return client.get_shell_msg(timeout=120)["content"]
+
+        assert run("%load_ext autograder\nfrom autograder.notebook import check")["status"] == "ok"
+        sleeps_in_ranks = "\nimport os, time\nif 'AUTOGRADER_BACKEND' in os.environ:\n    time.sleep(60)\n"
+        assert run("%%exercise 2.4\n" + WRONG_2_4.read_text() + sleeps_in_ranks)["status"] == "ok"
+        client.execute("check('2.4')")
+        deadline = time.monotonic() + 60
+        while len(descendants(os.getpid())) < 5 and time.monotonic() < deadline:  # kernel, grader, host, ranks
+            time.sleep(0.2)
+        grading = descendants(os.getpid()) - {kernel.provisioner.pid}
+        assert len(grading) >= 4, "the check never started its ranks"
+        kernel.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=60)["content"]
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+        deadline = time.monotonic() + 10
+        while alive(grading) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert alive(grading) == set(), "the grader or its ranks outlived the interrupted check"
+        assert set(Path(tempfile.gettempdir()).glob("autograder-*")) == before  # no code, traces or log left
+    finally:
+        client.stop_channels()
+        kernel.shutdown_kernel(now=True)
