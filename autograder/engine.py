@@ -44,16 +44,17 @@ def choose_backend(world_sizes: list[int], requested: str | None = None) -> str:
     Order of precedence: the argument, then AUTOGRADER_BACKEND, then what the machine has.
     """
     requested = requested or os.environ.get("AUTOGRADER_BACKEND")
-    if requested == "nccl" and gpu_count() < max(world_sizes):
-        raise UsageError(f"nccl needs a GPU of its own for every rank: this grading launches up to "
-                         f"{max(world_sizes)} ranks and this machine has {gpu_count()} GPU(s). Grade with "
-                         f"--backend gloo, or with --world-sizes of at most {gpu_count()}."
-                         if gpu_count() else "nccl needs GPUs and this machine has none: grade with --backend gloo.")
-    if requested in ("gloo", "nccl"):
-        return requested
-    if requested:
+    if requested and requested not in ("gloo", "nccl"):
         raise UsageError(f"unknown backend {requested!r}: use gloo or nccl")
-    return "nccl" if gpu_count() >= max(world_sizes) else "gloo"
+    if requested == "gloo":
+        return "gloo"
+    gpus, ranks = gpu_count(), max(world_sizes)
+    if requested == "nccl" and gpus < ranks:
+        raise UsageError(f"nccl needs a GPU of its own for every rank: this grading launches up to {ranks} "
+                         f"ranks and this machine has {gpus} GPU(s). Grade with --backend gloo, or with "
+                         f"--world-sizes of at most {gpus}."
+                         if gpus else "nccl needs GPUs and this machine has none: grade with --backend gloo.")
+    return "nccl" if gpus >= ranks else "gloo"
 
 
 def sandbox_mode(requested: str | None = None) -> str:

@@ -9,9 +9,10 @@ with JSON lines: requests on the host's stdin, answers on its stdout.
         -> {"started": pids}, then {"exit": rank, "code": c} as each rank ends, then {"done": true}
     {"op": "stop", "stacks": [ranks]}            ask those ranks for their Python stack, then kill all
     {"op": "export", "path", "out"}              read a checkpoint a rank saved, write it as plain data
-    {"op": "job", "workdir", "cwd", "agents", "script", "args", "env", "limits"}
+    {"op": "job", "workdir", "cwd", "agents", "script", "args", "env", "agent_env", "limits"}
         a torchrun job (jobs.py): one agent per entry of "agents" (torchrun's options; None: the script
-        under plain python), each forked from here and running torchrun's own main()
+        under plain python), each forked from here with "env" and its entry of "agent_env" and running
+        torchrun's own main()
         -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
            {"agent": i, "code": c} as each agent ends, then {"done": true}
 
@@ -346,7 +347,7 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         _child_start(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
         output_to(Path(request["workdir"]) / f"agent{index}.log")
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
-        os.environ.update({str(k): str(v) for k, v in (request.get("agent_env") or [{}] * (index + 1))[index].items()})
+        os.environ.update({str(k): str(v) for k, v in request["agent_env"][index].items()})
         os.environ["AUTOGRADER_TRACE"] = request["workdir"]
         os.environ["AUTOGRADER_AGENT"] = str(index)  # which machine a worker belongs to
         os.chdir(request["cwd"])

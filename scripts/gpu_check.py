@@ -73,8 +73,8 @@ def differences(nccl: dict, gloo: dict) -> list[str]:
 
 def check_exercises(gpus: int, jobs: int) -> tuple[list[dict], int]:
     ids = [i for i in exercises.ids() if i in source.exercises_in(solution_of(i), exercises.ids())]
-    plan = {i: sizes_for(i, gpus) for i in ids}
-    runnable = [i for i in ids if plan[i] and not exercises.get(i).on_cpu]
+    plan = {i: [] if exercises.get(i).on_cpu else sizes_for(i, gpus) for i in ids}
+    runnable = [i for i in ids if plan[i]]
     with ThreadPoolExecutor(jobs) as pool:
         results = {(i, b): pool.submit(graded, i, plan[i], b) for i in runnable for b in ("nccl", "gloo")}
     rows, faults = [], 0
@@ -92,8 +92,9 @@ def check_exercises(gpus: int, jobs: int) -> tuple[list[dict], int]:
         nccl, gloo = results[(i, "nccl")].result(), results[(i, "gloo")].result()
         found = differences(nccl, gloo)
         faults += bool(found)
-        score = (f"nccl {nccl['score']:g}/{nccl['max_score']:g} in {nccl['elapsed']:.1f} s, "
-                 f"gloo {gloo['score']:g}/{gloo['max_score']:g}" if not found or "error" not in nccl else "")
+        score = ("" if "error" in nccl or "error" in gloo else
+                 f"nccl {nccl['score']:g}/{nccl['max_score']:g} in {nccl['elapsed']:.1f} s, "
+                 f"gloo {gloo['score']:g}/{gloo['max_score']:g}")
         print(f"  {i}  world sizes {plan[i]}: {'same verdicts' if not found else 'DIFFERENT'}  {score}")
         for line in found:
             print(f"        {line}")

@@ -75,9 +75,9 @@ def python() -> str:
 
 
 @functools.cache
-def release_script():
-    """scripts/release.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
+def script(name: str):
+    """scripts/NAME.py as a module (a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

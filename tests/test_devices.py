@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from conftest import script
 from ddpcourse import devices
 from ddpcourse.devices import pick
 
@@ -128,23 +129,12 @@ def test_with_a_gpu_per_rank_only_exercises_on_gpu_tensors_get_nccl(exercise_id,
         engine.grade(exercise_id, SUBMISSIONS / submission, [1, 2])
 
 
-def _gpu_check():
-    import importlib.util
-
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _graded(*checks, problem=""):
     return {"checks": [{"name": n, "status": s, "message": m} for n, s, m in checks], "problem": problem}
 
 
 def test_the_gpu_check_lists_each_verdict_nccl_changed_and_each_gpu_only_check_not_passed():
-    differences = _gpu_check().differences
+    differences = script("gpu_check").differences
     gloo = _graded(("runs", "passed", ""), ("mean", "failed", "sum"), ("bound to its GPU", "skipped", "CPU"))
     assert differences(_graded(("runs", "passed", ""), ("mean", "failed", "sum"), ("bound to its GPU", "passed", "")),
                        gloo) == []
@@ -156,6 +146,6 @@ def test_the_gpu_check_lists_each_verdict_nccl_changed_and_each_gpu_only_check_n
 
 
 def test_the_gpu_check_grades_each_exercise_at_the_world_sizes_the_gpus_allow():
-    sizes_for = _gpu_check().sizes_for
+    sizes_for = script("gpu_check").sizes_for
     assert sizes_for("2.4", 1) == [1] and sizes_for("2.4", 8) == [1, 2, 3]
     assert sizes_for("4.3", 2) == [] and sizes_for("4.3", 4) == [4]

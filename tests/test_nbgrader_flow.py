@@ -22,7 +22,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises, sandbox
 from autograder.source import magic_id
-from conftest import edits, release_script
+from conftest import edits, script
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
@@ -70,7 +70,7 @@ def processes_in(folder: Path) -> list[str]:
 def graded_class(root: Path, source: Path, assignment: str, class_of) -> Path:
     """Release `source` as `assignment`, hand in `class_of(released, solutions, correct answers)`
     (student -> notebook), autograde, give feedback and export, all inside `root`."""
-    env = release_script().tool_environment(TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+    env = script("release").tool_environment(TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
     (root / "tmp").mkdir()
 
     def nbgrader(*args):

@@ -9,13 +9,13 @@ import pytest
 
 from autograder import exercises
 from autograder.source import magic_id
-from conftest import release_script
+from conftest import script
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 
 
-release = release_script()
+release = script("release")
 
 
 @pytest.fixture(scope="module")
