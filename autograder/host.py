@@ -12,7 +12,7 @@ with JSON lines: requests on the host's stdin, answers on its stdout.
     {"op": "job", "workdir", "cwd", "agents", "script", "args", "env", "agent_env", "limits"}
         a torchrun job (jobs.py): one agent per entry of "agents" (torchrun's options; None: the script
         under plain python), each forked from here with "env" and its entry of "agent_env" and running
-        torchrun's own main()
+        torchrun's own main(); the workers are forked from a fork server of the job (forkserver.py)
         -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
            {"agent": i, "code": c} as each agent ends, then {"done": true}
 
@@ -69,6 +69,7 @@ class Host:
         self.ranks: dict[int, int] = {}  # pid -> rank, for the launch in progress
         self.workdir: Path | None = None
         self.agents: dict[int, int] = {}  # pid -> agent index, for the job in progress
+        self.forkserver = 0  # the job's fork server (forkserver.py), while the job runs
         self.workers: dict[tuple[int, int], int] = {}  # (attempt, rank) -> pid, of the job in progress
         self.last_scan = 0.0
 
@@ -166,6 +167,11 @@ class Host:
         self.workdir = Path(request["workdir"])
         self.workers, self.last_scan = {}, 0.0
         sys.stdout.flush()
+        if any(options is not None for options in request["agents"]):
+            request["forkserver"] = f"autograder-{os.getpid()}-{os.urandom(8).hex()}"
+            self.forkserver = os.fork()
+            if self.forkserver == 0:
+                forkserver_main(request)  # never returns
         for index, options in enumerate(request["agents"]):
             pid = os.fork()
             if pid == 0:
@@ -224,6 +230,13 @@ class Host:
             _signal(-pid, signal.SIGKILL)
         for pid in [p for p in self.workers.values() if p in mine] + list(self.agents):
             _signal(pid, signal.SIGKILL)
+        if self.forkserver:
+            _signal(self.forkserver, signal.SIGKILL)
+            try:
+                os.waitpid(self.forkserver, 0)
+            except ChildProcessError:
+                pass
+            self.forkserver = 0
         while self.agents:
             for pid, index in list(self.agents.items()):
                 try:
@@ -350,6 +363,8 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         os.environ.update({str(k): str(v) for k, v in request["agent_env"][index].items()})
         os.environ["AUTOGRADER_TRACE"] = request["workdir"]
         os.environ["AUTOGRADER_AGENT"] = str(index)  # which machine a worker belongs to
+        if request.get("forkserver"):
+            os.environ["AUTOGRADER_FORKSERVER"] = request["forkserver"]
         os.chdir(request["cwd"])
         entry = [str(request["script"]), *map(str, request.get("args", []))]
         if options is None:
@@ -377,10 +392,32 @@ def agent_main(index: int, options: list[str] | None, request: dict):
             os._exit(code)
 
 
+def forkserver_main(request: dict):
+    """The job's fork server, in a child of the host: torch and what the workers preload imported once,
+    each worker forked from here (forkserver.py)."""
+    try:
+        _child_start(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
+        output_to(Path(request["workdir"]) / "forkserver.log")
+        os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
+        sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # PYTHONSAFEPATH, as for any worker
+        from autograder import forkserver, trace, worker  # noqa: F401 (trace: imported once, here)
+
+        listener = forkserver.listen(request["forkserver"])
+        worker.preload()
+        forkserver.serve(listener, lambda asked: worker.become(asked["argv"]))
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
 def _child_start(limits: dict, backend: str):
     """A rank or an agent, just forked: a process group of its own, dead with the host, default
-    signal handling, the limits."""
+    signal handling, the limits, and nothing to read: the host's stdin carries the grader's requests."""
     os.setpgid(0, 0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -61,6 +61,11 @@ class Job:
         return [{"CUDA_VISIBLE_DEVICES": node_gpus(self.layout, k)} for k in range(len(self.agents))]
 
 
+# What the rank host imports once for a torchrun job: the agents and the fork server (forkserver.py)
+# are forked from it, so no agent, server or worker imports them again.
+WARM_IMPORTS = ("torch.distributed.run", "torch._dynamo", "autograder.trace", "autograder.worker",
+                "autograder.forkserver")
+
 PYTHON = "python, 1 process"
 
 

@@ -13,6 +13,9 @@ writes to its own files under ``$AUTOGRADER_TRACE/attempt<K>/``, and then runs t
     rank<R>.exit         its exit code, when it ends by itself
     duplicate-rank<R>-agent<A>-<pid>   a worker of agent A found RANK R taken in this attempt, and left
 
+Under torchrun, the process the agent starts is only a stand-in when the job has a fork server
+(forkserver.py): the worker itself is forked, torch already imported, and runs ``become`` below.
+
 The agent runs workers with PYTHONSAFEPATH set, so that neither the work directory nor anything a
 previous attempt wrote there can stand in for this module.
 
@@ -39,6 +42,16 @@ PR_SET_PDEATHSIG = 1
 
 def main(argv: list[str]) -> int:
     _die_with_parent()
+    server = os.environ.get("AUTOGRADER_FORKSERVER")
+    if server and "RANK" in os.environ:
+        from autograder.forkserver import stand_in
+
+        stand_in(server, argv)  # ends this process as the warm worker ends, if the server answers
+    become(argv)
+
+
+def become(argv: list[str]):
+    """Be the worker: files of this rank and attempt, the trace, the script. Ends the process."""
     rank = int(os.environ.get("RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     folder = Path(os.environ["AUTOGRADER_TRACE"]) / f"attempt{attempt}"
@@ -104,9 +117,14 @@ def _taken(folder: Path, rank: int):
 
 def _preload():
     """Import now what DDP's constructor would import inside a traced call (torch._dynamo: seconds of
-    work). With several workers on few cores, such a call would look like a rank that waits."""
+    work). With several workers on few cores, such a call would look like a rank that waits. A worker
+    forked from the fork server finds it imported already."""
     if "RANK" not in os.environ:
         return  # plain python: a job of one, which wraps nothing in DDP
+    preload()
+
+
+def preload():
     import importlib
 
     for name in filter(None, os.environ.get("AUTOGRADER_PRELOAD", "").split(",")):

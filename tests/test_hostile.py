@@ -241,6 +241,10 @@ def test_a_function_exercise_runs_with_an_argv_of_its_own(clean):
     assert grade("parses_arguments_2_4").all_passed
 
 
+def test_a_rank_reading_its_stdin_reads_nothing_of_the_graders_requests(clean):
+    assert grade("reads_stdin_2_4").all_passed
+
+
 @pytest.mark.parametrize("name", ["huge_output_2_4", "huge_output_then_crash_2_4"])
 def test_a_50_mb_line_of_output_does_not_reach_the_report(name, clean):
     report = grade(name)

@@ -274,7 +274,7 @@ EXERCISE = Exercise(
     jobs=JOBS,
     exported=(SNAPSHOT,),
     timeout=60.0,
-    warm_imports=("torch.distributed.run", "autograder.worker"),
+    warm_imports=jobs.WARM_IMPORTS,
     work=_work,
     checks=[
         runs_to_the_end("every job finishes: never interrupted, and after each kill", 3),

@@ -90,6 +90,12 @@ _INSERTED = {
     except OSError as exc:
         raise RuntimeError(f"fork failed after {children} children: {exc}")
 """),
+    "reads_stdin": (
+        "Every rank reads its standard input to the end: where the rank host takes the grader's requests.",
+        """\
+    import sys
+    sys.stdin.read()
+"""),
 }
 
 MISTAKES = {f"{name}_2_4": (doc, [(ANCHOR, lines + ANCHOR)]) for name, (doc, lines) in _INSERTED.items()}
