@@ -56,7 +56,13 @@ def serve(listener: socket.socket, become) -> None:
                 _kill(running.pop(conn))
                 conn.close()
             else:
-                _read_request(conn, waiting, running, listener, become)
+                try:
+                    _read_request(conn, waiting, running, listener, become)
+                except (OSError, ValueError):  # a stand-in gone, or a request not ours: only it fails
+                    waiting.pop(conn, None)
+                    if conn in running:
+                        _kill(running.pop(conn))
+                    conn.close()
         _report_ended(running)
 
 
@@ -70,6 +76,8 @@ def _read_request(conn, waiting, running, listener, become):
     if b"\n" not in waiting[conn]:
         return
     request = json.loads(waiting.pop(conn).split(b"\n", 1)[0])
+    if not isinstance(request, dict) or not all(k in request for k in ("argv", "env", "cwd")):
+        raise ValueError("not a stand-in's request")
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()

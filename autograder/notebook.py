@@ -5,8 +5,9 @@ under that id; a function exercise also runs in the notebook, so the student can
 function, while a whole script (2.3) only runs when checked.
 
 ``check("2.4")`` writes the remembered source to a temporary file and has it graded by the
-kernel's warm grader (server.py: ``python -m autograder serve``, started by the first check),
-a separate process, never the kernel itself:
+kernel's warm grader (server.py: ``python -m autograder serve``), a separate process, never the
+kernel itself. ``%load_ext autograder`` starts it, and it gets ready (torch imported, a rank host
+started) while the student reads and writes, so that the first check costs what any later one does:
 
 - the kernel does not fork ranks (a fork of a kernel, with its threads and event loop, is fragile);
 - what the ranks print stays out of the cell. nbgrader gives a test cell with *any* stderr
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 GRADE_LIMIT = 240.0
 
 _cells: dict[str, str] = {}  # exercise id -> source of its cell, as last run in this kernel
-_grader: WarmGrader | None = None  # started by the first check; dies with the kernel
+_grader: WarmGrader | None = None  # started by %load_ext autograder; dies with the kernel
 
 
 def register(shell) -> None:
@@ -44,6 +45,7 @@ def register(shell) -> None:
         exercise_magic(shell, line, cell)
 
     shell.register_magic_function(magic, magic_kind="cell", magic_name="exercise")
+    _warm_grader().warm_up()
 
 
 def exercise_magic(shell, line: str, cell: str) -> None:
@@ -113,7 +115,7 @@ def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None)
 def _warm_grader() -> WarmGrader:
     global _grader
     if _grader is None:
-        from autograder.server import WarmGrader  # imports torch: only once a check runs
+        from autograder.server import WarmGrader
 
         _grader = WarmGrader()
     return _grader

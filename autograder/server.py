@@ -10,6 +10,8 @@ keeps one grader process alive per kernel and sends it every check:
 reads one JSON request a line on stdin, ``{"exercise", "path", "seed", "world_sizes"}``,
 and answers each with one JSON line on stdout: ``{"report": {...}}``, or
 ``{"usage_error": "..."}``, or ``{"crash": "..."}`` when the grader itself failed.
+``{"warm_up": CWD}``, sent as the kernel loads the extension, has no answer: the server starts
+its rank host and has it import what most exercises need, before any check asks.
 
 The student's code never runs in this process. It keeps one rank host (launch.py) warm for
 this kernel, in the sandbox, and starts a new one whenever the last one was lost. That host
@@ -54,6 +56,9 @@ def serve(root: Path) -> int:
                 continue
             try:
                 request = json.loads(line)
+                if "warm_up" in request:
+                    kept = _warm_up(kept, root, Path(request["warm_up"]))
+                    continue
                 kept = engine.live_host(kept, root, engine.sandbox_mode(),
                                         engine.hidden_from_ranks(Path(request["path"])))
                 report = engine.grade(request["exercise"], request["path"], request.get("world_sizes"),
@@ -72,6 +77,18 @@ def serve(root: Path) -> int:
             engine.remove_tree(root)
             log_of(root).unlink(missing_ok=True)
     return 0
+
+
+def _warm_up(kept, root: Path, cwd: Path):
+    """This kernel's rank host, started with what most exercises import (DDP's torch._dynamo)."""
+    from autograder import engine
+
+    try:
+        kept = engine.live_host(kept, root, engine.sandbox_mode(), engine.hidden_from_ranks(cwd / "notebook"))
+        kept[0].prepare(("torch._dynamo",))
+    except Exception:  # the first check starts a host again, and reports what fails
+        traceback.print_exc()
+    return kept
 
 
 def _end(signum, frame):
@@ -112,6 +129,16 @@ class WarmGrader:
         self.proc: subprocess.Popen | None = None
         self.root: Path | None = None
         atexit.register(self.stop)
+
+    def warm_up(self):
+        """Start the server now, and have it get ready for the checks to come; answers nothing."""
+        try:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            self.proc.stdin.write((json.dumps({"warm_up": os.getcwd()}) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # the first check starts it again, and says what went wrong
 
     def ask(self, request: dict, limit: float) -> tuple[dict | None, str]:
         """The server's answer, or None and what went wrong."""

@@ -26,12 +26,13 @@ def browser_missing() -> str | None:
 
 
 def descendants(pid: int) -> set[int]:
-    """Live processes under `pid` (zombies are not), from ps."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat="], capture_output=True, text=True).stdout
+    """Live processes under `pid` (zombies are not, nor the ps that lists them), from ps."""
+    ps = subprocess.Popen(["ps", "-eo", "pid=,ppid=,stat="], stdout=subprocess.PIPE, text=True)
+    out = ps.communicate()[0]
     children: dict[int, list[int]] = {}
     for line in out.splitlines():
         child, parent, stat = line.split()
-        if not stat.startswith("Z"):
+        if not stat.startswith("Z") and int(child) != ps.pid:
             children.setdefault(int(parent), []).append(int(child))
     found, stack = set(), [pid]
     while stack:

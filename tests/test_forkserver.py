@@ -109,3 +109,15 @@ def test_the_worker_runs_with_the_stand_ins_argv_environment_and_directory(serve
 def test_with_no_server_the_stand_in_returns_to_start_cold():
     proc = stand_in(f"autograder-test-nobody-{os.urandom(4).hex()}")
     assert proc.wait(timeout=30) == 99
+
+
+def test_a_request_that_is_not_a_stand_ins_fails_alone(server):
+    import socket
+
+    for junk in (b"not json\n", b'{"argv": ["exit", "0"]}\n', b"[1, 2]\n"):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect("\0" + server)
+        conn.sendall(junk)
+        assert conn.recv(100) == b""  # closed, with no worker started
+        conn.close()
+    assert stand_in(server, "exit", "5").wait(timeout=60) == 5

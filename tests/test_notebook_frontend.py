@@ -175,6 +175,43 @@ def test_a_kernel_killed_mid_check_leaves_no_grader_no_ranks_and_no_files(tmp_pa
             kernel.wait()
 
 
+def test_loading_the_extension_readies_the_grader_before_any_check(tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    kernel, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        client.execute("%load_ext autograder")
+        assert client.get_shell_msg(timeout=120)["content"]["status"] == "ok"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = [command_line(pid) for pid in descendants(kernel.provisioner.pid)]
+            if any(b"autograder\0serve" in c for c in running) and any(b"autograder.host" in c for c in running):
+                return  # the kernel's grader, and its rank host
+            time.sleep(0.2)
+        pytest.fail("no grader and rank host were started for the kernel")
+    finally:
+        client.stop_channels()
+        kernel.shutdown_kernel(now=True)
+
+
+def command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended meanwhile
+        return b""
+
+
+def settled(pid: int, quiet: float = 2.0) -> set[int]:
+    """The processes under `pid`, once none has come or gone for `quiet` seconds."""
+    seen, since = descendants(pid), time.monotonic()
+    while time.monotonic() - since < quiet:
+        time.sleep(0.2)
+        now = descendants(pid)
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return seen
+
+
 def errors_shown(client, msg_id: str) -> list[str]:
     """The errors the cell of request `msg_id` showed, read until the kernel went idle after it."""
     shown = []
@@ -201,12 +238,13 @@ def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path
         assert run("%load_ext autograder\nfrom autograder.notebook import check")["status"] == "ok"
         sleeps_in_ranks = "\nimport os, time\nif 'AUTOGRADER_BACKEND' in os.environ:\n    time.sleep(60)\n"
         assert run("%%exercise 2.4\n" + WRONG_2_4.read_text() + sleeps_in_ranks)["status"] == "ok"
+        ready = settled(os.getpid())  # the kernel, and the grader that loading the extension started
         checking = client.execute("check('2.4')")
         deadline = time.monotonic() + 60
-        while len(descendants(os.getpid())) < 5 and time.monotonic() < deadline:  # kernel, grader, host, ranks
+        while not descendants(os.getpid()) - ready and time.monotonic() < deadline:  # the ranks
             time.sleep(0.2)
         grading = descendants(os.getpid()) - {kernel.provisioner.pid}
-        assert len(grading) >= 4, "the check never started its ranks"
+        assert descendants(os.getpid()) - ready, "the check never started its ranks"
         kernel.interrupt_kernel()
         client.get_shell_msg(timeout=60)  # its status can read "ok" even so: the cell's output is what counts
         assert "KeyboardInterrupt" in errors_shown(client, checking)
