@@ -11,7 +11,7 @@ reads one JSON request a line on stdin, ``{"exercise", "path", "seed", "world_si
 and answers each with one JSON line on stdout: ``{"report": {...}}``, or
 ``{"usage_error": "..."}``, or ``{"crash": "..."}`` when the grader itself failed.
 ``{"warm_up": CWD}``, sent as the kernel loads the extension, has no answer: the server starts
-its rank host and has it import what most exercises need, before any check asks.
+its rank host and has it import what the exercises need, before any check asks.
 
 The student's code never runs in this process. It keeps one rank host (launch.py) warm for
 this kernel, in the sandbox, and starts a new one whenever the last one was lost. That host
@@ -80,12 +80,14 @@ def serve(root: Path) -> int:
 
 
 def _warm_up(kept, root: Path, cwd: Path):
-    """This kernel's rank host, started with what most exercises import (DDP's torch._dynamo)."""
-    from autograder import engine
+    """This kernel's rank host, started with what the exercises import (DDP's torch._dynamo, FSDP, ...);
+    and here, while it starts, every exercise's module (and so torch)."""
+    from autograder import engine, exercises
 
     try:
         kept = engine.live_host(kept, root, engine.sandbox_mode(), engine.hidden_from_ranks(cwd / "notebook"))
-        kept[0].prepare(("torch._dynamo",))
+        kept[0].prepare(("torch._dynamo",))  # what most need, first
+        kept[0].prepare({m for i in exercises.ids() for m in exercises.get(i).warm_imports})
     except Exception:  # the first check starts a host again, and reports what fails
         traceback.print_exc()
     return kept
