@@ -22,6 +22,7 @@ cell's result as partial credit.
 from __future__ import annotations
 
 import html
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,10 @@ def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None)
     if code is None:
         return CheckOutcome(exercise_id, message=f"run the exercise cell first: the cell whose first line is "
                                                 f"`{MAGIC} {exercise_id}`, then run this check again.")
-    with tempfile.TemporaryDirectory(prefix="autograder-cell-") as tmp:
+    from autograder.server import kernel_prefix
+
+    # Named for this kernel: if it is killed mid-check, its grader removes this too (server.py).
+    with tempfile.TemporaryDirectory(prefix=f"{kernel_prefix(os.getpid())}cell-") as tmp:
         path = Path(tmp) / f"exercise_{exercise_id.replace('.', '_')}.py"
         path.write_text(f"{MAGIC} {exercise_id}\n{code}")  # the magic line keeps line numbers as in the cell
         request = {"exercise": exercise_id, "path": str(path), "seed": seed, "world_sizes": world_sizes}

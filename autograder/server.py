@@ -73,9 +73,9 @@ def serve(root: Path) -> int:
     finally:
         if kept is not None:
             kept[0].close()
-        if os.getppid() != kernel:  # the kernel is gone: nobody else will clean up after this server
-            engine.remove_tree(root)
-            log_of(root).unlink(missing_ok=True)
+        if os.getppid() != kernel:  # the kernel is gone: nobody else will clean up after it
+            for path in root.parent.glob(f"{kernel_prefix(kernel)}*"):  # this work directory and its log,
+                engine.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)  # the cell's file
     return 0
 
 
@@ -105,9 +105,15 @@ def log_of(root: Path) -> Path:
 ROOT_PREFIX = "autograder-kernel-"
 
 
+def kernel_prefix(pid: int) -> str:
+    """How the names of a kernel's temporary files begin: its grader's work directory and log, and the
+    file of the cell it is checking. The pid in it tells whose they are, and whether that kernel lives."""
+    return f"{ROOT_PREFIX}{pid}-"
+
+
 def new_root() -> Path:
-    """The work directory of one kernel's grader; its name carries the kernel's pid."""
-    return Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-"))
+    """The work directory of one kernel's grader."""
+    return Path(tempfile.mkdtemp(prefix=kernel_prefix(os.getpid())))
 
 
 def remove_stale_roots(parent: Path):

@@ -1,6 +1,7 @@
 """The notebook front end: the `%%exercise` magic and `check`, in a real kernel and without one."""
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -12,6 +13,7 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder import exercises, notebook
+from autograder.server import kernel_prefix
 from autograder.report import CheckResult, Report
 from conftest import alive, descendants
 
@@ -102,7 +104,7 @@ def test_an_exercise_the_grader_does_not_know_scores_zero(own_grader, monkeypatc
     outcome = notebook.check("9.9")
     assert repr(outcome) == "0.0"
     assert "unknown exercise" in outcome._repr_html_()
-    assert not list(tmp_path.glob("autograder-cell-*"))  # the cell's temporary file is gone
+    assert not list(tmp_path.glob(f"{kernel_prefix(os.getpid())}cell-*"))  # the cell's temporary file is gone
 
 
 def test_a_grader_past_the_limit_is_stopped(own_grader, monkeypatch):
@@ -225,35 +227,59 @@ def errors_shown(client, msg_id: str) -> list[str]:
             return shown
 
 
-def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path):
+def check_in_flight(tmp_path):
+    """A kernel in the middle of a check whose ranks sleep: (kernel, client, the check's request id,
+    the grading's processes, the temporary directory's autograder entries before)."""
     from jupyter_client.manager import start_new_kernel
 
     before = set(Path(tempfile.gettempdir()).glob("autograder-*"))
     kernel, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
-    try:
-        def run(code: str) -> dict:
-            client.execute(code)
-            return client.get_shell_msg(timeout=120)["content"]
 
-        assert run("%load_ext autograder\nfrom autograder.notebook import check")["status"] == "ok"
-        sleeps_in_ranks = "\nimport os, time\nif 'AUTOGRADER_BACKEND' in os.environ:\n    time.sleep(60)\n"
-        assert run("%%exercise 2.4\n" + WRONG_2_4.read_text() + sleeps_in_ranks)["status"] == "ok"
-        ready = settled(os.getpid())  # the kernel, and the grader that loading the extension started
-        checking = client.execute("check('2.4')")
-        deadline = time.monotonic() + 60
-        while not descendants(os.getpid()) - ready and time.monotonic() < deadline:  # the ranks
-            time.sleep(0.2)
-        grading = descendants(os.getpid()) - {kernel.provisioner.pid}
-        assert descendants(os.getpid()) - ready, "the check never started its ranks"
+    def run(code: str) -> dict:
+        client.execute(code)
+        return client.get_shell_msg(timeout=120)["content"]
+
+    assert run("%load_ext autograder\nfrom autograder.notebook import check")["status"] == "ok"
+    sleeps_in_ranks = "\nimport os, time\nif 'AUTOGRADER_BACKEND' in os.environ:\n    time.sleep(60)\n"
+    assert run("%%exercise 2.4\n" + WRONG_2_4.read_text() + sleeps_in_ranks)["status"] == "ok"
+    ready = settled(os.getpid())  # the kernel, and the grader that loading the extension started
+    checking = client.execute("check('2.4')")
+    deadline = time.monotonic() + 60
+    while not descendants(os.getpid()) - ready and time.monotonic() < deadline:  # the ranks
+        time.sleep(0.2)
+    assert descendants(os.getpid()) - ready, "the check never started its ranks"
+    return kernel, client, checking, descendants(os.getpid()) - {kernel.provisioner.pid}, before
+
+
+def nothing_left(grading: set[int], before: set[Path]):
+    deadline = time.monotonic() + 15
+    while alive(grading) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(grading) == set(), "the grader or its ranks outlived the check"
+    deadline = time.monotonic() + 5
+    while set(Path(tempfile.gettempdir()).glob("autograder-*")) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = set(Path(tempfile.gettempdir()).glob("autograder-*")) - before
+    assert not left, left  # no code, traces or log of this kernel
+
+
+def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path):
+    kernel, client, checking, grading, before = check_in_flight(tmp_path)
+    try:
         kernel.interrupt_kernel()
         client.get_shell_msg(timeout=60)  # its status can read "ok" even so: the cell's output is what counts
         assert "KeyboardInterrupt" in errors_shown(client, checking)
-        deadline = time.monotonic() + 10
-        while alive(grading) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert alive(grading) == set(), "the grader or its ranks outlived the interrupted check"
-        left = set(Path(tempfile.gettempdir()).glob("autograder-*")) - before
-        assert not left, left  # no code, traces or log of this kernel
+        nothing_left(grading, before)
+    finally:
+        client.stop_channels()
+        kernel.shutdown_kernel(now=True)
+
+
+def test_a_kernel_killed_mid_check_leaves_neither_grader_nor_the_cells_file(tmp_path):
+    kernel, client, _, grading, before = check_in_flight(tmp_path)
+    try:
+        os.kill(kernel.provisioner.pid, signal.SIGKILL)  # as the kernel's death by memory, or a crash
+        nothing_left(grading, before)
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)
