@@ -71,12 +71,31 @@ def serve(root: Path) -> int:
             out.write(json.dumps(answer) + "\n")
             out.flush()
     finally:
+        # A kernel's death can signal twice (the thread that started us, then the process): the
+        # second must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if kept is not None:
             kept[0].close()
-        if os.getppid() != kernel:  # the kernel is gone: nobody else will clean up after it
+        if _gone(kernel):  # nobody else will clean up after it
             for path in root.parent.glob(f"{kernel_prefix(kernel)}*"):  # this work directory and its log,
                 engine.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)  # the cell's file
     return 0
+
+
+def _gone(kernel: int, wait: float = 5.0) -> bool:
+    """Whether the kernel has died. Its end of stdin closes, and its death signal comes, while it is
+    still dying: give it a moment to be gone."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            state = Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if os.getppid() != kernel or state in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _warm_up(kept, root: Path, cwd: Path):
