@@ -31,8 +31,9 @@ import socket
 import sys
 import time
 
+from autograder.host import PR_SET_PDEATHSIG, _prctl, _signal
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2)
-PR_SET_PDEATHSIG = 1
 
 
 def listen(name: str) -> socket.socket:
@@ -111,7 +112,7 @@ def _worker(request: dict, become):
     """In the forked worker: the process a cold start would have given, then ``become(request)``."""
     try:
         os.setpgid(0, 0)
-        _die_with_parent()
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the server
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any fresh interpreter
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
@@ -184,21 +185,5 @@ def _connect(name: str) -> socket.socket | None:
             time.sleep(0.05)
 
 
-def _die_with_parent():
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
-
-
 def _kill(pid: int):
     _signal(pid, signal.SIGKILL)
-
-
-def _signal(pid: int, sig: int):
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
