@@ -42,6 +42,7 @@ class Runs:
     worlds: list[WorldRun]
     backend: str
     params: dict
+    own: WorldRun | None = None  # the launch of the student's cells of other exercises (Exercise.uses)
 
     def __iter__(self):
         return iter(self.worlds)

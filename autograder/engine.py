@@ -145,7 +145,7 @@ def grade(
         else:
             chosen = "gloo" if exercise.on_cpu else choose_backend(sizes, backend)
             report = _grade(exercise, host, student, root, sizes, chosen, seed, timeout or exercise.timeout, progress,
-                            jobs)
+                            jobs, _own_cells(exercise, Path(path), root))
         report.sandbox = sandbox_note
     finally:
         if own_host and host is not None:
@@ -183,6 +183,16 @@ def hidden_from_ranks(path: Path) -> list[Path]:
     return [Path.cwd(), path.resolve().parent, course]
 
 
+def _own_cells(exercise, path: Path, root: Path) -> dict[str, str]:
+    """The student's cells of the exercises this one also runs (Exercise.uses) that could run: id -> module path."""
+    written = {}
+    for other, code in source.cells_of(path, exercise.uses).items():
+        module = source.write_module(code, root, f"exercise_{other.replace('.', '_')}.py")
+        if not source.as_handed_out(code) and not source.compile_problem(module, exercises.get(other).entry):
+            written[other] = str(module)
+    return written
+
+
 def _jobs(exercise, code: str) -> tuple[tuple, str | None]:
     """The exercise's torchrun jobs: its own, or those the student's cell writes; or why they cannot run."""
     if exercise.jobs_of is None:
@@ -196,7 +206,7 @@ def _jobs(exercise, code: str) -> tuple[tuple, str | None]:
 
 
 def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, seed, timeout, progress,
-           jobs=()) -> Report:
+           jobs=(), own_cells=None) -> Report:
     from autograder.checks import Runs, gate, judge_all
     from autograder.diagnosis import describe_problem
     from autograder.evidence import load
@@ -228,13 +238,29 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
             return report(exercise.same_result("failed", NOT_STARTED, backend), _not_started_text(exercise), True)
         if world.timed_out:
             break  # larger launches would only wait as long again
-    runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)})
+    own = None
+    if own_cells and all(w.complete for w in worlds):
+        own = _launch_own_cells(exercise, host, {**target, "companions": own_cells}, root, backend, timeout, progress)
+    runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)}, own)
     checks = judge_all(exercise, runs)
     # the bugs left first, then a crash, then why nothing counts
     problems = (exercise.tally(checks), describe_problem(worlds, student), gate(exercise, runs))
     done = report(checks, "\n\n".join(p for p in problems if p))
     done.timeline = _timeline(exercise, worlds)
     return done
+
+
+def _launch_own_cells(exercise, host: RankHost, target: dict, root: Path, backend, timeout, progress):
+    """The launch that runs the student's cells of other exercises (Exercise.uses); None if the host failed."""
+    from autograder.evidence import load
+
+    layout = (exercise.layout or Layout)(exercise.uses_world_size)
+    progress(f"exercise {exercise.id}: your cells of {', '.join(sorted(target['companions']))} ...")
+    try:
+        result = host.launch(target, layout, root / "own", backend=backend, timeout=timeout, quiet=exercise.quiet)
+    except HostFailed:
+        return None
+    return load(result, None)
 
 
 def _launches(exercise, sizes, jobs=()):

@@ -318,7 +318,8 @@ def make_target(spec: dict):
     if spec["kind"] == "script":
         return rank.script_target(student)
     exercise = exercises.get(spec["exercise"])
-    return rank.function_target(student, exercise.harness, spec.get("params", {}), exercise.hidden)
+    return rank.function_target(student, exercise.harness, spec.get("params", {}), exercise.hidden,
+                                spec.get("companions"))
 
 
 def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: dict):

@@ -22,6 +22,7 @@ cell's result as partial credit.
 from __future__ import annotations
 
 import html
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -103,8 +104,8 @@ def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None)
 
     # Named for this kernel: if it is killed mid-check, its grader removes this too (server.py).
     with tempfile.TemporaryDirectory(prefix=f"{kernel_prefix(os.getpid())}cell-") as tmp:
-        path = Path(tmp) / f"exercise_{exercise_id.replace('.', '_')}.py"
-        path.write_text(f"{MAGIC} {exercise_id}\n{code}")  # the magic line keeps line numbers as in the cell
+        path = Path(tmp) / f"exercise_{exercise_id.replace('.', '_')}.ipynb"
+        path.write_text(_as_notebook(exercise_id))
         request = {"exercise": exercise_id, "path": str(path), "seed": seed, "world_sizes": world_sizes}
         answer, problem = _warm_grader().ask(request, GRADE_LIMIT)
     if answer is None:
@@ -114,6 +115,17 @@ def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None)
     if "usage_error" in answer:
         return CheckOutcome(exercise_id, message=answer["usage_error"])
     return CheckOutcome(exercise_id, message="the grader failed:", detail=answer.get("crash", ""))
+
+
+def _as_notebook(exercise_id: str) -> str:
+    """The exercise's cell as last run, and those of the exercises it also runs (1.5 runs 1.2-1.4), as a
+    notebook for the grader; the magic line keeps line numbers as in the cell."""
+    from autograder import exercises
+
+    uses = exercises.get(exercise_id).uses if exercises.get(exercise_id) else ()
+    ids = [exercise_id, *(i for i in uses if i in _cells)]
+    cells = [{"cell_type": "code", "metadata": {}, "source": f"{MAGIC} {i}\n{_cells[i]}"} for i in ids]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
 
 
 def _warm_grader() -> WarmGrader:

@@ -20,8 +20,13 @@ def load_module(path: Path, name: str = "student"):
     return module
 
 
-def function_target(student: Path, harness: Callable, params: dict, hidden: tuple[str, ...] = ()):
-    """A launch target that imports the student's module and hands it to the exercise's harness."""
+def function_target(student: Path, harness: Callable, params: dict, hidden: tuple[str, ...] = (),
+                    companions: dict[str, str] | None = None):
+    """A launch target that imports the student's module and hands it to the exercise's harness.
+
+    With ``companions`` (exercise id -> the student's module of that exercise) the harness is also
+    given them, imported, as ``companions``: a module, or why it could not be imported.
+    """
 
     def target(rank: int, layout: Layout):
         rec = trace.Recorder(Path.cwd(), rank)
@@ -31,7 +36,9 @@ def function_target(student: Path, harness: Callable, params: dict, hidden: tupl
         sys.argv = [str(student)]  # as if the cell were run on its own: argparse sees no grader flags
         try:
             module = load_module(student)
-            rec.result = trace.plain(harness(module, rank, layout, rec, **params))
+            given = params if companions is None else {
+                **params, "companions": {i: _imported(Path(p)) for i, p in companions.items()}}
+            rec.result = trace.plain(harness(module, rank, layout, rec, **given))
         except BaseException as exc:
             rec.fail(exc)
             raise
@@ -39,6 +46,14 @@ def function_target(student: Path, harness: Callable, params: dict, hidden: tupl
             rec.save()
 
     return target
+
+
+def _imported(path: Path):
+    """The module at ``path``, or why importing it failed."""
+    try:
+        return load_module(path, path.stem)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _hide(name: str):

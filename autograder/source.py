@@ -64,6 +64,22 @@ def cell_from_notebook(path: Path, exercise_id: str) -> str:
     raise UsageError(f"{path} has no cell for exercise {exercise_id}: its first line must be `{MAGIC} {exercise_id}`")
 
 
+def cells_of(path: Path, exercise_ids) -> dict[str, str]:
+    """The code of each of those exercises whose cell the notebook at ``path`` has; none from a .py file."""
+    if not exercise_ids or path.suffix != ".ipynb":
+        return {}
+    try:
+        sources = code_cells(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, UnicodeDecodeError):
+        return {}
+    found = {}
+    for source in sources:
+        exercise_id = magic_id(source)
+        if exercise_id in exercise_ids and exercise_id not in found:
+            found[exercise_id] = as_module(source)
+    return found
+
+
 def as_module(cell_source: str) -> str:
     lines = cell_source.splitlines()
     for i, line in enumerate(lines):
@@ -95,9 +111,9 @@ def read_exercise(path: Path, exercise_id: str) -> str:
     return as_module(cell_from_notebook(path, exercise_id) if path.suffix == ".ipynb" else text)
 
 
-def write_module(code: str, dest: Path) -> Path:
+def write_module(code: str, dest: Path, name: str = STUDENT_MODULE) -> Path:
     """Write the exercise's code to ``dest/student.py`` (readable by the ranks) and return that path."""
-    target = dest / STUDENT_MODULE
+    target = dest / name
     target.write_text(code)
     target.chmod(0o644)
     return target

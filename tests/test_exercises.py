@@ -4,6 +4,7 @@ the checks that name its mistake and no other."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -279,7 +280,8 @@ def test_correct_solution_passes_every_check(exercise_id, name, no_leftover_proc
     assert report.backend == "gloo"
     assert report.score == report.max_score > 0
     skipped = [c for c in report.checks if c.status == "skipped"]
-    assert all("GPU" in c.message and c.points == 0 for c in skipped)
+    # skipped: what needs a GPU, or (1.5 graded alone) the student's other cells
+    assert all(("GPU" in c.message or c.name == OWN) and c.points == 0 for c in skipped)
 
 
 @pytest.mark.parametrize("exercise_id,name", submissions("correct_"))
@@ -505,3 +507,73 @@ def test_the_course_sync_batch_norm_cannot_be_imported_while_3_1_is_graded(tmp_p
     report = engine.grade("3.1", borrowed, host=_host["warm"])
     assert report.score == 0
     assert "ModuleNotFoundError" in report.problem or "ImportError" in report.problem, report.problem
+
+
+# 1.5 beside the student's own 1.2-1.4 ---------------------------------------------------------
+
+OWN = "your predictions against your own 1.2-1.4 code, run on 3 ranks"
+
+
+def notebook_with(notebook: str, cells: dict[str, Path], dest: Path) -> Path:
+    """A copy of the course's notebook whose cells for those exercises hold those submissions."""
+    nb = json.loads((ROOT / notebook).read_text())
+    for cell in nb["cells"]:
+        first = "".join(cell["source"]).split("\n", 1)[0]
+        for exercise_id, path in cells.items():
+            if cell["cell_type"] == "code" and first == f"%%exercise {exercise_id}":
+                cell["source"] = f"%%exercise {exercise_id}\n{path.read_text()}"
+    path = dest / f"notebook-{len(list(dest.glob('notebook-*')))}.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def graded_with(cells: dict[str, str], notebook: str = "solutions/01_parallelism.ipynb"):
+    dest = _host["warm"].workspace()
+    paths = {}
+    for exercise_id, name in cells.items():
+        path = folder(exercise_id) / f"{name}.py"
+        paths[exercise_id] = path if path.exists() else edits.write(folder(exercise_id), name, dest)
+    return engine.grade("1.5", notebook_with(notebook, paths, dest), host=_host["warm"])
+
+
+def by_name(report) -> dict:
+    return {c.name: c for c in report.checks}
+
+
+@pytest.mark.parametrize("cells", [{}, {"1.2": "correct_batched", "1.3": "correct_blocking", "1.4": "correct_in_place"}],
+                         ids=["the course's", "other correct ones"])
+def test_1_5_sets_right_predictions_beside_the_students_own_right_code(cells, no_leftover_processes):
+    report = graded_with({"1.5": "correct_per_rank", **cells})
+    assert report.all_passed and by_name(report)[OWN].status == "passed", report.to_text()
+
+
+def test_1_5_says_when_the_students_own_ring_sends_what_their_prediction_does_not():
+    report = graded_with({"1.5": "correct_counted", "1.2": "wrong_gather_to_rank0"})
+    own = by_name(report)[OWN]
+    assert report.score == report.max_score, report.to_text()  # 1.2's mistake is charged in 1.2 only
+    assert own.status == "failed" and "data parallelism, your cell of 1.2" in own.message, own.message
+    assert "you predicted the count; your code is what differs" in own.message, own.message
+    assert "pipeline" not in own.message and "tensor" not in own.message, own.message
+
+
+def test_1_5_says_when_a_prediction_disagrees_with_the_students_own_right_code():
+    report = graded_with({"1.5": "wrong_tensor_forward_only"})
+    own = by_name(report)[OWN]
+    assert own.status == "failed" and "tensor parallelism, your cell of 1.4" in own.message, own.message
+    assert "the count is" in own.message and "data" not in own.message, own.message
+
+
+def test_1_5_graded_beside_a_deadlocking_ring_keeps_its_grade_and_says_so(no_leftover_processes):
+    report = graded_with({"1.5": "correct_per_rank", "1.2": "wrong_sends_before_receiving"})
+    own = by_name(report)[OWN]
+    assert report.score == report.max_score, report.to_text()
+    assert own.status == "failed" and "your cell of 1.2 did not finish on every rank" in own.message, own.message
+
+
+def test_1_5_with_the_other_cells_as_handed_out_or_alone_skips_the_comparison():
+    released = graded_with({"1.5": "correct_per_rank"}, notebook="exercises/01_parallelism.ipynb")
+    alone = graded("1.5", "correct_per_rank")
+    for report in released, alone:
+        assert report.all_passed and by_name(report)[OWN].status == "skipped", report.to_text()
+    assert "it runs when 1.5 is checked in the notebook that holds your cells" in by_name(alone)[OWN].message
+    assert "are not done yet" in by_name(released)[OWN].message

@@ -29,6 +29,9 @@ CELLS = {
     "unknown": "%%exercise 9.9\nx = 1",
     "script": "%%exercise 2.3\n" + SCRIPT_2_3.read_text(),
     "namespace": 'print(evaluate.__name__, "main" in globals())',
+    "ring": "%%exercise 1.2\n" + (ROOT / "tests" / "submissions" / "ex1_2" / "wrong_gather_to_rank0.py").read_text(),
+    "predict": "%%exercise 1.5\n" + (ROOT / "tests" / "submissions" / "ex1_5" / "correct_counted.py").read_text(),
+    "check_predictions": 'check("1.5")',
 }
 
 
@@ -74,6 +77,13 @@ def test_check_before_the_exercise_cell_says_so(executed):
     data = result_of(executed["check_too_early"])
     assert float(data["text/plain"]) == 0
     assert "run the exercise cell first" in data["text/html"]
+
+
+def test_checking_1_5_runs_the_students_own_1_2_cell_as_last_run_in_the_kernel(executed):
+    data = result_of(executed["check_predictions"])
+    assert float(data["text/plain"]) == exercises.get("1.5").points  # 1.2's mistake costs 1.5 nothing
+    assert "data parallelism, your cell of 1.2" in data["text/html"], data["text/html"]
+    assert "your code is what differs" in data["text/html"]
 
 
 def test_unknown_exercise_is_one_line(executed):

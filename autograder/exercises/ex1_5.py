@@ -7,10 +7,13 @@ in exercises 1.2 to 1.4 (a ring all-reduce cut with tensor_split, GPipe's activa
 gradients, the Megatron MLP's two all-reduces per block). Each quantity is the busiest rank's.
 
 Each launch also runs one training step of the first model under each scheme on its real ranks,
-with the course's own ring all-reduce, pipeline and tensor-parallel MLP (a student's 1.2-1.4 cells
-are graded on their own, so this grade does not depend on them), and measures what each rank holds
-(parameters, gradients, Adam's moments) and sends (the bytes of its traced messages). A failed
-check shows those measurements beside the count; the tests prove the two equal.
+with the course's own ring all-reduce, pipeline and tensor-parallel MLP, and measures what each
+rank holds (parameters, gradients, Adam's moments) and sends (the bytes of its traced messages). A
+failed check shows those measurements beside the count; the tests prove the two equal.
+
+Where the notebook holds the student's cells of 1.2-1.4, one more launch runs the same step with
+their own code, and the last check (worth nothing: their mistakes there are charged in 1.2-1.4)
+sets their predictions beside what their own code sent and held.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from autograder.checks import Check
+from autograder.checks import Check, Skip
 from autograder.exercises import Exercise
 from autograder.rig import join_group, number
 
@@ -42,8 +45,13 @@ def cases():
                 yield scheme, blocks, d, h, w, rows
 
 
-def harness(student, rank, layout, rec, **_):
+def harness(student, rank, layout, rec, companions=None, **_):
     join_group()
+    if companions is not None:  # the launch of the student's own 1.2-1.4 cells (Exercise.uses)
+        _own_runs(companions, rank, layout.world_size, rec)
+        dist.barrier()
+        dist.destroy_process_group()
+        return None
     results = _predictions(student)
     for scheme in SCHEMES:
         rec.event("measure", index=scheme)
@@ -88,7 +96,7 @@ def ring_all_reduce(t: torch.Tensor) -> torch.Tensor:
 
 
 def _block(d: int, h: int) -> list[torch.nn.Module]:
-    return [torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, d)]
+    return [torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Linear(h, d)]
 
 
 def _held(params: list[torch.Tensor], optimizer) -> dict[str, int]:
@@ -183,6 +191,133 @@ def measured(world, scheme: str) -> dict[str, int] | None:
                    if e.get("kind") == "enter" and e.get("call") in ("send", "isend"))
         per_rank.append({**{q: done.get(q) for q in QUANTITIES if q != "sent"}, "sent": sent})
     return {q: max(m[q] for m in per_rank) for q in QUANTITIES}
+
+
+# The student's own code: one step of MEASURED with their 1.2-1.4 cells, where the notebook has them
+
+OWN = {"data": "1.2", "pipeline": "1.3", "tensor": "1.4"}  # the scheme -> the exercise whose cell runs it
+
+
+def _own_runs(companions: dict, rank: int, w: int, rec):
+    """Each scheme whose cell came, in turn. A rank whose code raises stops there: the others would
+    wait for it in their next message (the grader sees the deadlock), and the events say how far each got."""
+    for scheme in SCHEMES:
+        cell = companions.get(OWN[scheme])
+        if cell is None:
+            continue
+        if isinstance(cell, str):
+            rec.event("own_failed", index=scheme, error=f"the cell could not be imported: {cell}")
+            return
+        rec.event("own", index=scheme)
+        try:
+            held = _OWN_STEPS[scheme](cell, rank, w)
+        except NotImplementedError:  # the cell as released: every rank alike, so the next scheme can run
+            rec.event("own_not_done", index=scheme)
+            continue
+        except Exception as exc:
+            rec.event("own_failed", index=scheme, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            return
+        rec.event("own_done", index=scheme, parameters=held)
+
+
+def _own_data_step(cell, rank: int, w: int) -> int:
+    blocks, d, h, rows = MEASURED
+    model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
+    x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
+    model(x).square().mean().backward()
+    params = list(model.parameters())
+    gradients = torch.cat([p.grad.flatten() for p in params])
+    cell.ring_all_reduce(gradients)
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def _own_pipeline_step(cell, rank: int, w: int) -> int:
+    blocks, d, h, rows = MEASURED
+    model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
+    stage = cell.stage_of(model, rank, w)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(rows, d, generator=g), torch.randn(rows, d, generator=g)
+    cell.pipeline_step(stage, x, y, 2)
+    return sum(p.numel() * p.element_size() for p in stage.parameters())
+
+
+def _own_tensor_step(cell, rank: int, w: int) -> int:
+    """The student's MLP for each block, without biases (1.4's has none): its messages are the count's."""
+    blocks, d, h, rows = MEASURED
+    g = torch.Generator().manual_seed(0)
+    y, held = torch.randn(rows, d, generator=g).requires_grad_(), 0
+    for _ in range(blocks):
+        a, b = (t.detach().clone().requires_grad_()
+                for t in cell.shard_weights(torch.randn(d, h, generator=g), torch.randn(h, d, generator=g), rank, w))
+        held += (a.numel() + b.numel()) * a.element_size()
+        y = cell.tensor_parallel_mlp(y, a, b)
+    y.square().mean().backward()
+    return held
+
+
+_OWN_STEPS = {"data": _own_data_step, "pipeline": _own_pipeline_step, "tensor": _own_tensor_step}
+
+
+def own_sent(world, scheme: str) -> int:
+    """The busiest rank's bytes sent in its own run of `scheme`: its messages, and for each built-in
+    all-reduce what a ring all-reduce of that tensor sends (gloo's own algorithm is not traced)."""
+    w = world.world_size
+    per_rank = []
+    for r in world.ranks:
+        events = r.windows("own", "own_done").get(scheme, [])
+        sent = sum(size for way, _, size, _ in r.messages(events) if way == "send")
+        sent += sum(ring_sent(math.prod(e.get("shape") or [0]), w, r.rank) for e in events
+                    if e.get("kind") == "enter" and e.get("call") == "all_reduce")
+        per_rank.append(sent)
+    return max(per_rank)
+
+
+def _own_code(runs):
+    from autograder.diagnosis import summary
+
+    world = runs.own
+    if world is None:
+        raise Skip("your own code of 1.2-1.4 did not run: it runs when 1.5 is checked in the notebook that "
+                   "holds your cells of 1.2-1.4 (or that notebook is graded), once 1.5's own runs complete")
+    w = world.world_size
+    blocks, d, h, rows = MEASURED
+    results = next((x.ranks[0].result for x in runs if x.world_size == w), None)
+    predicted = dict(zip(cases(), results)) if isinstance(results, list) else {}
+    problems = []
+    for scheme in SCHEMES:
+        cell = f"your cell of {OWN[scheme]}"
+        failed = next((e for r in world.ranks for e in r.of("own_failed") if e.get("index") == scheme), None)
+        started = any(e.get("index") == scheme for r in world.ranks for e in r.of("own"))
+        if failed:
+            problems.append(f"{scheme} parallelism: {cell} failed: {failed.get('error')}")
+            continue
+        not_done = any(e.get("index") == scheme for r in world.ranks for e in r.of("own_not_done"))
+        if not started or not_done:
+            continue  # no such cell, one still as released, or a run before it stopped the launch
+        done = [next((e for e in r.of("own_done") if e.get("index") == scheme), None) for r in world.ranks]
+        if None in done:
+            problems.append(f"{scheme} parallelism: {cell} did not finish on every rank: {summary(world)}")
+            continue
+        ran = {"sent": own_sent(world, scheme), "parameters": max(e.get("parameters", 0) for e in done)}
+        guess = predicted.get((scheme, blocks, d, h, w, rows), {})
+        count = expected(scheme, blocks, d, h, w, rows)
+        # 1.4's MLP has no biases: its parameters are not the count's
+        for q in ("parameters", "sent") if scheme != "tensor" else ("sent",):
+            if not _close(guess.get(q), ran[q], RTOL[q]):
+                shown = "nothing" if guess.get(q) is None else f"{guess[q]:g}"
+                whose = ("you predicted the count" if _close(guess.get(q), count[q], RTOL[q])
+                         else f"the count is {count[q]:g}")
+                problems.append(f"{scheme} parallelism, {cell}: the busiest rank's {q!r} measured {ran[q]:g} bytes, "
+                                f"you predicted {shown} ({whose}"
+                                + ("; your code is what differs: its own check says how)" if _close(guess.get(q), count[q], RTOL[q])
+                                   else ")"))
+    if problems:
+        return (f"one step of {blocks} blocks (d={d}, h={h}, {rows} rows) with your own code on {w} ranks:\n"
+                + "\n".join(problems))
+    if not any(e.get("index") in SCHEMES for r in world.ranks for e in r.of("own_done")):
+        raise Skip("your cells of exercises 1.2-1.4 are not done yet (they raise NotImplementedError): "
+                   "once they are, this sets your predictions beside what your own code sends")
+    return None
 
 
 # The grader's count ---------------------------------------------------------------------------
@@ -312,6 +447,7 @@ EXERCISE = Exercise(
     harness=harness,
     world_sizes=(1, 2, 3, 4),
     warm_imports=("torch._dynamo",),  # Adam's first step imports it
+    uses=tuple(OWN.values()),
     checks=[
         Check("parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism", 3,
               _judge(("parameters", "gradients"), SCHEMES, _memory_explained),
@@ -329,5 +465,10 @@ EXERCISE = Exercise(
         Check("bytes sent per step by the busiest rank: tensor parallelism", 2,
               _judge(("sent",), ("tensor",), _sent_explained),
               hint="two ring all-reduces of a rows x d tensor per block: one forward, one backward"),
+        # Worth nothing: a mistake in 1.2-1.4 is charged there. It shows the prediction beside the
+        # student's own run, the lesson's "predict, then measure".
+        Check("your predictions against your own 1.2-1.4 code, run on 3 ranks", 0, _own_code, needs="partial",
+              hint="where your code is what differs, the check of its own exercise says how; where your "
+                   "prediction is, the checks above do"),
     ],
 )
