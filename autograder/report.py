@@ -104,8 +104,9 @@ class Report:
         verdict = "not implemented yet" if self.not_started else ("all checks passed" if self.all_passed else "some checks failed")
         line = (f"Exercise {self.exercise} ({self.title}): {_num(self.score)}/{_num(self.max_score)} points, {verdict}"
                 f" [{self.backend}, world sizes {sizes}, {self.elapsed:.1f} s]")
-        if self.skipped:
-            line += (f"; {len(self.skipped)} check(s) skipped, which need one GPU per rank: the checks judged "
+        on_gpu = [c for c in self.skipped if c.max_points]  # a check worth nothing costs nothing when skipped
+        if on_gpu:
+            line += (f"; {len(on_gpu)} check(s) skipped, which need one GPU per rank: the checks judged "
                      "count for them")
         return line
 
