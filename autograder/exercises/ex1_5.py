@@ -277,44 +277,23 @@ def own_sent(world, scheme: str) -> int:
 
 
 def _own_code(runs):
-    from autograder.diagnosis import summary
-
     world = runs.own
     if world is None:
         raise Skip("your own code of 1.2-1.4 did not run: it runs when 1.5 is checked in the notebook that "
                    "holds your cells of 1.2-1.4 (or that notebook is graded), once 1.5's own runs complete")
-    w = world.world_size
-    blocks, d, h, rows = MEASURED
+    w, (blocks, d, h, rows) = world.world_size, MEASURED
     results = next((x.ranks[0].result for x in runs if x.world_size == w), None)
-    predicted = dict(zip(cases(), results)) if isinstance(results, list) else {}
+    if not isinstance(results, list):
+        raise Skip(f"your predictions for {w} ranks were not asked for (1.5 was graded at other world sizes)")
+    predicted = dict(zip(cases(), results))
     problems = []
     for scheme in SCHEMES:
-        cell = f"your cell of {OWN[scheme]}"
-        failed = next((e for r in world.ranks for e in r.of("own_failed") if e.get("index") == scheme), None)
-        started = any(e.get("index") == scheme for r in world.ranks for e in r.of("own"))
-        if failed:
-            problems.append(f"{scheme} parallelism: {cell} failed: {failed.get('error')}")
-            continue
-        not_done = any(e.get("index") == scheme for r in world.ranks for e in r.of("own_not_done"))
-        if not started or not_done:
-            continue  # no such cell, one still as released, or a run before it stopped the launch
-        done = [next((e for e in r.of("own_done") if e.get("index") == scheme), None) for r in world.ranks]
-        if None in done:
-            problems.append(f"{scheme} parallelism: {cell} did not finish on every rank: {summary(world)}")
-            continue
-        ran = {"sent": own_sent(world, scheme), "parameters": max(e.get("parameters", 0) for e in done)}
-        guess = predicted.get((scheme, blocks, d, h, w, rows), {})
-        count = expected(scheme, blocks, d, h, w, rows)
-        # 1.4's MLP has no biases: its parameters are not the count's
-        for q in ("parameters", "sent") if scheme != "tensor" else ("sent",):
-            if not _close(guess.get(q), ran[q], RTOL[q]):
-                shown = "nothing" if guess.get(q) is None else f"{guess[q]:g}"
-                whose = ("you predicted the count" if _close(guess.get(q), count[q], RTOL[q])
-                         else f"the count is {count[q]:g}")
-                problems.append(f"{scheme} parallelism, {cell}: the busiest rank's {q!r} measured {ran[q]:g} bytes, "
-                                f"you predicted {shown} ({whose}"
-                                + ("; your code is what differs: its own check says how)" if _close(guess.get(q), count[q], RTOL[q])
-                                   else ")"))
+        ran, problem = _own_measured(world, scheme)
+        if problem:
+            problems.append(f"{scheme} parallelism: your cell of {OWN[scheme]} {problem}")
+        if ran:
+            problems += _disagreements(scheme, predicted.get((scheme, blocks, d, h, w, rows), {}), ran,
+                                       expected(scheme, blocks, d, h, w, rows))
     if problems:
         return (f"one step of {blocks} blocks (d={d}, h={h}, {rows} rows) with your own code on {w} ranks:\n"
                 + "\n".join(problems))
@@ -322,6 +301,36 @@ def _own_code(runs):
         raise Skip("your cells of exercises 1.2-1.4 are not done yet (they raise NotImplementedError): "
                    "once they are, this sets your predictions beside what your own code sends")
     return None
+
+
+def _own_measured(world, scheme: str) -> tuple[dict | None, str | None]:
+    """What the student's own run of `scheme` measured on the busiest rank, or why there is nothing."""
+    from autograder.diagnosis import summary
+
+    def marked(kind):
+        return [e for r in world.ranks for e in r.of(kind) if e.get("index") == scheme]
+
+    if marked("own_failed"):
+        return None, f"failed: {marked('own_failed')[0].get('error')}"
+    if not marked("own") or marked("own_not_done"):
+        return None, None  # no such cell, one still as released, or a run before it stopped the launch
+    done = marked("own_done")
+    if len(done) < len(world.ranks):
+        return None, f"did not finish on every rank: {summary(world)}"
+    return {"sent": own_sent(world, scheme), "parameters": max(number(e.get("parameters")) or 0 for e in done)}, None
+
+
+def _disagreements(scheme: str, guess: dict, ran: dict, count: dict) -> list[str]:
+    found = []
+    for q in ("parameters", "sent") if scheme != "tensor" else ("sent",):  # 1.4's MLP has no biases to count
+        if _close(guess.get(q), ran[q], RTOL[q]):
+            continue
+        shown = "nothing" if guess.get(q) is None else f"{guess[q]:g}"
+        whose = ("you predicted the count; your code is what differs: its own check says how"
+                 if _close(guess.get(q), count[q], RTOL[q]) else f"the count is {count[q]:g}")
+        found.append(f"{scheme} parallelism, your cell of {OWN[scheme]}: the busiest rank's {q!r} measured "
+                     f"{ran[q]:g} bytes, you predicted {shown} ({whose})")
+    return found
 
 
 # The grader's count ---------------------------------------------------------------------------
