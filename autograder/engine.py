@@ -250,6 +250,11 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
     return done
 
 
+# Seconds for the launch of the student's other cells: one small step each, which a cell stuck in a
+# loop must not turn into the whole exercise's time limit, for a check worth nothing.
+OWN_CELLS_TIMEOUT = 8.0
+
+
 def _launch_own_cells(exercise, host: RankHost, target: dict, root: Path, backend, timeout, progress):
     """The launch that runs the student's cells of other exercises (Exercise.uses); None if the host failed."""
     from autograder.evidence import load
@@ -257,7 +262,8 @@ def _launch_own_cells(exercise, host: RankHost, target: dict, root: Path, backen
     layout = (exercise.layout or Layout)(exercise.uses_world_size)
     progress(f"exercise {exercise.id}: your cells of {', '.join(sorted(target['companions']))} ...")
     try:
-        result = host.launch(target, layout, root / "own", backend=backend, timeout=timeout, quiet=exercise.quiet)
+        result = host.launch(target, layout, root / "own", backend=backend, timeout=min(timeout, OWN_CELLS_TIMEOUT),
+                             quiet=exercise.quiet)
     except HostFailed:
         return None
     return load(result, None)

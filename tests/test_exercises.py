@@ -531,7 +531,7 @@ def graded_with(cells: dict[str, str], notebook: str = "solutions/01_parallelism
     dest = _host["warm"].workspace()
     paths = {}
     for exercise_id, name in cells.items():
-        path = folder(exercise_id) / f"{name}.py"
+        path = name if isinstance(name, Path) else folder(exercise_id) / f"{name}.py"
         paths[exercise_id] = path if path.exists() else edits.write(folder(exercise_id), name, dest)
     return engine.grade("1.5", notebook_with(notebook, paths, dest), host=_host["warm"])
 
@@ -577,3 +577,19 @@ def test_1_5_with_the_other_cells_as_handed_out_or_alone_skips_the_comparison():
         assert report.all_passed and by_name(report)[OWN].status == "skipped", report.to_text()
     assert "it runs when 1.5 is checked in the notebook that holds your cells" in by_name(alone)[OWN].message
     assert "are not done yet" in by_name(released)[OWN].message
+
+
+def test_1_5_beside_a_cell_stuck_in_a_loop_waits_only_the_short_limit_of_that_launch(tmp_path, no_leftover_processes):
+    stuck = tmp_path / "stuck.py"
+    stuck.write_text("def shard_weights(A, B, rank, world_size):\n"
+                     "    per = A.shape[1] // world_size\n"
+                     "    return A[:, rank * per:(rank + 1) * per], B[rank * per:(rank + 1) * per]\n\n\n"
+                     "def tensor_parallel_mlp(x, a, b):\n"
+                     "    while True:\n"
+                     "        pass\n")
+    report = graded_with({"1.5": "correct_per_rank", "1.4": stuck})
+    own = by_name(report)[OWN]
+    assert report.score == report.max_score, report.to_text()
+    assert own.status == "failed" and "your cell of 1.4 did not finish on every rank" in own.message, own.message
+    assert f"time limit of {engine.OWN_CELLS_TIMEOUT:g} s" in own.message, own.message
+    assert report.elapsed < exercises.get("1.5").timeout, report.elapsed
