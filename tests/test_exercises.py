@@ -593,3 +593,12 @@ def test_1_5_beside_a_cell_stuck_in_a_loop_waits_only_the_short_limit_of_that_la
     assert own.status == "failed" and "your cell of 1.4 did not finish on every rank" in own.message, own.message
     assert f"time limit of {engine.OWN_CELLS_TIMEOUT:g} s" in own.message, own.message
     assert report.elapsed < exercises.get("1.5").timeout, report.elapsed
+
+
+def test_1_5_says_when_the_students_own_stages_hold_more_than_predicted():
+    report = graded_with({"1.5": "correct_counted", "1.3": "wrong_stage_whole_model"})
+    own = by_name(report)[OWN]
+    assert report.score == report.max_score, report.to_text()
+    assert own.status == "failed" and "pipeline parallelism, your cell of 1.3: the busiest rank's 'parameters'" \
+        in own.message, own.message
+    assert "data" not in own.message and "tensor" not in own.message, own.message

@@ -15,7 +15,7 @@ measure with torch's own, but in the graded ranks torch.optim would first import
 
 Where the notebook holds the student's cells of 1.2-1.4, one more launch runs the same step with
 their own code, and the last check (worth nothing: their mistakes there are charged in 1.2-1.4)
-sets their predictions beside what their own code sent and held.
+sets their predictions beside what their own code held and sent.
 """
 
 from __future__ import annotations
@@ -246,14 +246,15 @@ def _own_pipeline_step(cell, rank: int, w: int) -> int:
 
 
 def _own_tensor_step(cell, rank: int, w: int) -> int:
-    """The student's MLP for each block, without biases (1.4's has none): its messages are the count's."""
+    """The student's MLP for each block. 1.4's has no biases; the bytes held count them as the model has
+    them: the first Linear's split with its columns, the second's whole."""
     blocks, d, h, rows = MEASURED
     g = torch.Generator().manual_seed(0)
     y, held = torch.randn(rows, d, generator=g).requires_grad_(), 0
     for _ in range(blocks):
         a, b = (t.detach().clone().requires_grad_()
                 for t in cell.shard_weights(torch.randn(d, h, generator=g), torch.randn(h, d, generator=g), rank, w))
-        held += (a.numel() + b.numel()) * a.element_size()
+        held += (a.numel() + b.numel() + h // w + d) * a.element_size()
         y = cell.tensor_parallel_mlp(y, a, b)
     y.square().mean().backward()
     return held
@@ -322,7 +323,7 @@ def _own_measured(world, scheme: str) -> tuple[dict | None, str | None]:
 
 def _disagreements(scheme: str, guess: dict, ran: dict, count: dict) -> list[str]:
     found = []
-    for q in ("parameters", "sent") if scheme != "tensor" else ("sent",):  # 1.4's MLP has no biases to count
+    for q in ("parameters", "sent"):
         if _close(guess.get(q), ran[q], RTOL[q]):
             continue
         shown = "nothing" if guess.get(q) is None else f"{guess[q]:g}"
