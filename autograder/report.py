@@ -124,7 +124,7 @@ class Report:
             lines += ["", _indent(self.problem, "  | ")]
         lines.append("")
         for c in self.checks:
-            lines.append(f"{_MARK[c.status]} {c.name}  ({_num(c.points)}/{_num(c.max_points)}, {c.status})")
+            lines.append(f"{_MARK[c.status]} {c.name}  ({_points(c)}, {c.status})")
             if c.message and c.status != "passed":
                 lines.append(_indent(c.message, "    "))
         if self.timeline:
@@ -136,7 +136,7 @@ class Report:
             f"<tr><td style='{_CELL};color:{_COLOUR[c.status]};font-weight:bold;white-space:nowrap'>"
             f"{_MARK[c.status]} {c.status}</td>"
             f"<td style='{_CELL}'>{html.escape(c.name)}</td>"
-            f"<td style='{_CELL};white-space:nowrap'>{_num(c.points)}/{_num(c.max_points)}</td>"
+            f"<td style='{_CELL};white-space:nowrap'>{_points(c)}</td>"
             f"<td style='{_CELL}'>{_message_html(c)}</td></tr>"
             for c in self.checks
         )
@@ -173,6 +173,11 @@ def _message_html(c: CheckResult) -> str:
     if c.status == "passed" or not c.message:
         return ""
     return f"<pre style='{_PRE}'>{html.escape(c.message)}</pre>"
+
+
+def _points(c: CheckResult) -> str:
+    """"2/3", or "no points" for a check that only shows something (1.5's comparison with the student's own code)."""
+    return f"{_num(c.points)}/{_num(c.max_points)}" if c.max_points else "no points"
 
 
 def _num(x: float) -> str:
