@@ -122,8 +122,8 @@ def _as_notebook(exercise_id: str) -> str:
     notebook for the grader; the magic line keeps line numbers as in the cell."""
     from autograder import exercises
 
-    uses = exercises.get(exercise_id).uses if exercises.get(exercise_id) else ()
-    ids = [exercise_id, *(i for i in uses if i in _cells)]
+    known = exercises.get(exercise_id)
+    ids = [exercise_id, *(i for i in (known.uses if known else ()) if i in _cells)]
     cells = [{"cell_type": "code", "metadata": {}, "source": f"{MAGIC} {i}\n{_cells[i]}"} for i in ids]
     return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
 

@@ -112,7 +112,7 @@ def read_exercise(path: Path, exercise_id: str) -> str:
 
 
 def write_module(code: str, dest: Path, name: str = STUDENT_MODULE) -> Path:
-    """Write the exercise's code to ``dest/student.py`` (readable by the ranks) and return that path."""
+    """Write the exercise's code to ``dest/name`` (readable by the ranks) and return that path."""
     target = dest / name
     target.write_text(code)
     target.chmod(0o644)

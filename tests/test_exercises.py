@@ -602,3 +602,12 @@ def test_1_5_says_when_the_students_own_stages_hold_more_than_predicted():
     assert own.status == "failed" and "pipeline parallelism, your cell of 1.3: the busiest rank's 'parameters'" \
         in own.message, own.message
     assert "data" not in own.message and "tensor" not in own.message, own.message
+
+
+def test_1_5_beside_a_cell_that_exits_when_imported_keeps_its_grade_and_says_so(tmp_path):
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys\n\nsys.exit(3)\n\n\ndef ring_all_reduce(tensor):\n    return tensor\n")
+    report = graded_with({"1.5": "correct_per_rank", "1.2": exits})
+    own = by_name(report)[OWN]
+    assert report.score == report.max_score, report.to_text()
+    assert own.status == "failed" and "stopped the launch before any of them ran" in own.message, own.message
