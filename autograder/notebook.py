@@ -118,7 +118,7 @@ def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None)
 
 
 def _as_notebook(exercise_id: str) -> str:
-    """The exercise's cell as last run, and those of the exercises it also runs (1.5 runs 1.2-1.4), as a
+    """The exercise's cell as last run, and those of the exercises it also runs (1.5 runs 1.1-1.4), as a
     notebook for the grader; the magic line keeps line numbers as in the cell."""
     from autograder import exercises
 

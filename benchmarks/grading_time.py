@@ -114,7 +114,7 @@ def main():
     # two CPUs the host needs about that long to import what every exercise needs
     try:
         paths = {**SOLUTIONS, **{ex: ROOT / "tests" / "submissions" / name for ex, name in TORCHRUN.items()}}
-        paths["1.5 beside the student's 1.2-1.4"] = ROOT / "solutions" / "01_parallelism.ipynb"
+        paths["1.5 beside the student's 1.1-1.4"] = ROOT / "solutions" / "01_parallelism.ipynb"
         for ex in ["2.4", *(ex for ex in paths if ex != "2.4")]:
             request = {"exercise": ex.split()[0], "path": str(paths[ex]), "seed": 0}
             for attempt in ("first check of the kernel" if ex == "2.4" else "first check", "a later check"):

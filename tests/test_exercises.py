@@ -509,9 +509,9 @@ def test_the_course_sync_batch_norm_cannot_be_imported_while_3_1_is_graded(tmp_p
     assert "ModuleNotFoundError" in report.problem or "ImportError" in report.problem, report.problem
 
 
-# 1.5 beside the student's own 1.2-1.4 ---------------------------------------------------------
+# 1.5 beside the student's own 1.1-1.4 ---------------------------------------------------------
 
-OWN = "your predictions against your own 1.2-1.4 code, run on 3 ranks"
+OWN = "your predictions against your own 1.1-1.4 code, run on 3 ranks"
 
 
 def notebook_with(notebook: str, cells: dict[str, Path], dest: Path) -> Path:
@@ -540,7 +540,8 @@ def by_name(report) -> dict:
     return {c.name: c for c in report.checks}
 
 
-@pytest.mark.parametrize("cells", [{}, {"1.2": "correct_batched", "1.3": "correct_blocking", "1.4": "correct_in_place"}],
+@pytest.mark.parametrize("cells", [{}, {"1.1": "correct_flattened", "1.2": "correct_batched", "1.3": "correct_blocking",
+                                       "1.4": "correct_in_place"}],
                          ids=["the course's", "other correct ones"])
 def test_1_5_sets_right_predictions_beside_the_students_own_right_code(cells, no_leftover_processes):
     report = graded_with({"1.5": "correct_per_rank", **cells})
@@ -611,3 +612,14 @@ def test_1_5_beside_a_cell_that_exits_when_imported_keeps_its_grade_and_says_so(
     own = by_name(report)[OWN]
     assert report.score == report.max_score, report.to_text()
     assert own.status == "failed" and "stopped the launch before any of them ran" in own.message, own.message
+
+
+@pytest.mark.parametrize("name,told", [("wrong_only_weights", "you predicted the count; your code is what differs"),
+                                       ("wrong_reduce_to_rank0", "it also called dist.reduce, which is not counted here")])
+def test_1_5_says_when_the_students_own_average_gradients_sends_other_than_predicted(name, told):
+    report = graded_with({"1.5": "correct_counted", "1.1": name})
+    own = by_name(report)[OWN]
+    assert report.score == report.max_score, report.to_text()
+    assert own.status == "failed" and "data parallelism, your cell of 1.1: the busiest rank's 'sent'" in own.message, \
+        own.message
+    assert told in own.message and "1.2" not in own.message, own.message

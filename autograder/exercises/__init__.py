@@ -52,7 +52,7 @@ class Exercise:
     # "Find and fix" exercises: each planted bug, as the names of the checks its symptom fails.
     planted: tuple[tuple[str, ...], ...] = ()
     # Other exercises whose cells, where the submission has them, run with this one in one more launch
-    # of this world size after the graded ones (1.5 measures the student's own 1.2-1.4 code); what that
+    # of this world size after the graded ones (1.5 measures the student's own 1.1-1.4 code); what that
     # launch records is Runs.own, beside the graded worlds, never among them.
     uses: tuple[str, ...] = ()
     uses_world_size: int = 3

@@ -13,8 +13,8 @@ failed check shows those measurements beside the count; the tests prove the two 
 Adam is the course's (reference.Adam), which keeps the state torch.optim.Adam keeps: the tests
 measure with torch's own, but in the graded ranks torch.optim would first import torch._dynamo.
 
-Where the notebook holds the student's cells of 1.2-1.4, one more launch runs the same step with
-their own code, and the last check (worth nothing: their mistakes there are charged in 1.2-1.4)
+Where the notebook holds the student's cells of 1.1-1.4, one more launch runs the same step with
+their own code, and the last check (worth nothing: their mistakes there are charged in 1.1-1.4)
 sets their predictions beside what their own code held and sent.
 """
 
@@ -50,7 +50,7 @@ def cases():
 
 def harness(student, rank, layout, rec, companions=None, **_):
     join_group()
-    if companions is not None:  # the launch of the student's own 1.2-1.4 cells (Exercise.uses)
+    if companions is not None:  # the launch of the student's own 1.1-1.4 cells (Exercise.uses)
         _own_runs(companions, rank, layout.world_size, rec)
         dist.barrier()
         dist.destroy_process_group()
@@ -197,42 +197,50 @@ def measured(world, scheme: str) -> dict[str, int] | None:
     return {q: max(m[q] for m in per_rank) for q in QUANTITIES}
 
 
-# The student's own code: one step of MEASURED with their 1.2-1.4 cells, where the notebook has them
+# The student's own code: one step of MEASURED with their 1.1-1.4 cells, where the notebook has them
 
-OWN = {"data": "1.2", "pipeline": "1.3", "tensor": "1.4"}  # the scheme -> the exercise whose cell runs it
+OWN = {"1.1": "data", "1.2": "data", "1.3": "pipeline", "1.4": "tensor"}  # the exercise -> the scheme it runs
 
 
 def _own_runs(companions: dict, rank: int, w: int, rec):
-    """Each scheme whose cell came, in turn. A rank whose code raises stops there: the others would
+    """Each exercise whose cell came, in turn. A rank whose code raises stops there: the others would
     wait for it in their next message (the grader sees the deadlock), and the events say how far each got."""
-    for scheme in SCHEMES:
-        cell = companions.get(OWN[scheme])
+    for exercise_id in OWN:
+        cell = companions.get(exercise_id)
         if cell is None:
             continue
         if isinstance(cell, str):
-            rec.event("own_failed", index=scheme, error=f"the cell could not be imported: {cell}")
+            rec.event("own_failed", index=exercise_id, error=f"the cell could not be imported: {cell}")
             return
-        rec.event("own", index=scheme)
+        rec.event("own", index=exercise_id)
         try:
-            held = _OWN_STEPS[scheme](cell, rank, w)
-        except NotImplementedError:  # the cell as released: every rank alike, so the next scheme can run
-            rec.event("own_not_done", index=scheme)
+            held = _OWN_STEPS[exercise_id](cell, rank, w)
+        except NotImplementedError:  # the cell as released: every rank alike, so the next one can run
+            rec.event("own_not_done", index=exercise_id)
             continue
         except Exception as exc:
-            rec.event("own_failed", index=scheme, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            rec.event("own_failed", index=exercise_id, error=f"{type(exc).__name__}: {str(exc)[:200]}")
             return
-        rec.event("own_done", index=scheme, parameters=held)
+        rec.event("own_done", index=exercise_id, parameters=held)
 
 
-def _own_data_step(cell, rank: int, w: int) -> int:
+def _own_data_step(average_gradients, rank: int, w: int) -> int:
+    """Data parallelism: this rank's gradients on its share of the rows, then `average_gradients(model)`."""
     blocks, d, h, rows = MEASURED
     model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
     x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
     model(x).square().mean().backward()
-    params = list(model.parameters())
-    gradients = torch.cat([p.grad.flatten() for p in params])
-    cell.ring_all_reduce(gradients)
-    return sum(p.numel() * p.element_size() for p in params)
+    average_gradients(model)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _ring_of(cell):
+    """1.2's ring_all_reduce used as 1.1's average_gradients: all the gradients as one tensor."""
+    def average_gradients(model):
+        params = list(model.parameters())
+        gradients = torch.cat([p.grad.flatten() for p in params])
+        cell.ring_all_reduce(gradients)
+    return average_gradients
 
 
 def _own_pipeline_step(cell, rank: int, w: int) -> int:
@@ -260,40 +268,44 @@ def _own_tensor_step(cell, rank: int, w: int) -> int:
     return held
 
 
-_OWN_STEPS = {"data": _own_data_step, "pipeline": _own_pipeline_step, "tensor": _own_tensor_step}
+_OWN_STEPS = {"1.1": lambda cell, rank, w: _own_data_step(cell.average_gradients, rank, w),
+              "1.2": lambda cell, rank, w: _own_data_step(_ring_of(cell), rank, w),
+              "1.3": _own_pipeline_step, "1.4": _own_tensor_step}
 
 
-def own_sent(world, scheme: str) -> int:
-    """The busiest rank's bytes sent in its own run of `scheme`: its messages, and for each built-in
-    all-reduce what a ring all-reduce of that tensor sends (gloo's own algorithm is not traced)."""
+def own_sent(world, exercise_id: str) -> tuple[int, list[str]]:
+    """The busiest rank's bytes sent in the run of its cell of `exercise_id`: its messages, and for each
+    built-in all-reduce what a ring all-reduce of that tensor sends (gloo's own algorithm is not traced).
+    Also the other collectives it called, which are not counted."""
     w = world.world_size
-    per_rank = []
+    per_rank, others = [], set()
     for r in world.ranks:
-        events = r.windows("own", "own_done").get(scheme, [])
+        events = r.windows("own", "own_done").get(exercise_id, [])
         sent = sum(size for way, _, size, _ in r.messages(events) if way == "send")
         sent += sum(ring_sent(math.prod(e.get("shape") or [0]), w, r.rank) for e in events
                     if e.get("kind") == "enter" and e.get("call") == "all_reduce")
+        others |= {str(e.get("op")) for e in events if e.get("kind") == "collective" and e.get("op") != "all_reduce"}
         per_rank.append(sent)
-    return max(per_rank)
+    return max(per_rank), sorted(others)
 
 
 def _own_code(runs):
     world = runs.own
     if world is None:
-        raise Skip("your own code of 1.2-1.4 did not run: it runs when 1.5 is checked in the notebook that "
-                   "holds your cells of 1.2-1.4 (or that notebook is graded), once 1.5's own runs complete")
+        raise Skip("your own code of 1.1-1.4 did not run: it runs when 1.5 is checked in the notebook that "
+                   "holds your cells of 1.1-1.4 (or that notebook is graded), once 1.5's own runs complete")
     w, (blocks, d, h, rows) = world.world_size, MEASURED
     results = next((x.ranks[0].result for x in runs if x.world_size == w), None)
     if not isinstance(results, list):
         raise Skip(f"your predictions for {w} ranks were not asked for (1.5 was graded at other world sizes)")
     predicted = dict(zip(cases(), results))
     problems = []
-    for scheme in SCHEMES:
-        ran, problem = _own_measured(world, scheme)
+    for exercise_id, scheme in OWN.items():
+        ran, problem = _own_measured(world, exercise_id)
         if problem:
-            problems.append(f"{scheme} parallelism: your cell of {OWN[scheme]} {problem}")
+            problems.append(f"{scheme} parallelism: your cell of {exercise_id} {problem}")
         if ran:
-            problems += _disagreements(scheme, predicted.get((scheme, blocks, d, h, w, rows), {}), ran,
+            problems += _disagreements(exercise_id, predicted.get((scheme, blocks, d, h, w, rows), {}), ran,
                                        expected(scheme, blocks, d, h, w, rows))
     if problems:
         return (f"one step of {blocks} blocks (d={d}, h={h}, {rows} rows) with your own code on {w} ranks:\n"
@@ -301,19 +313,19 @@ def _own_code(runs):
     if not world.complete and not any(r.of("own") for r in world.ranks):
         from autograder.diagnosis import summary
 
-        return f"your cells of 1.2-1.4 stopped the launch before any of them ran: {summary(world)}"
-    if not any(e.get("index") in SCHEMES for r in world.ranks for e in r.of("own_done")):
-        raise Skip("your cells of exercises 1.2-1.4 are not done yet (they raise NotImplementedError): "
+        return f"your cells of 1.1-1.4 stopped the launch before any of them ran: {summary(world)}"
+    if not any(r.of("own_done") for r in world.ranks):
+        raise Skip("your cells of exercises 1.1-1.4 are not done yet (they raise NotImplementedError): "
                    "once they are, this sets your predictions beside what your own code sends")
     return None
 
 
-def _own_measured(world, scheme: str) -> tuple[dict | None, str | None]:
-    """What the student's own run of `scheme` measured on the busiest rank, or why there is nothing."""
+def _own_measured(world, exercise_id: str) -> tuple[dict | None, str | None]:
+    """What the run of the student's cell of `exercise_id` measured on the busiest rank, or why there is nothing."""
     from autograder.diagnosis import summary
 
     def marked(kind):
-        return [e for r in world.ranks for e in r.of(kind) if e.get("index") == scheme]
+        return [e for r in world.ranks for e in r.of(kind) if e.get("index") == exercise_id]
 
     if marked("own_failed"):
         return None, f"failed: {marked('own_failed')[0].get('error')}"
@@ -322,10 +334,11 @@ def _own_measured(world, scheme: str) -> tuple[dict | None, str | None]:
     done = marked("own_done")
     if len(done) < len(world.ranks):
         return None, f"did not finish on every rank: {summary(world)}"
-    return {"sent": own_sent(world, scheme), "parameters": max(number(e.get("parameters")) or 0 for e in done)}, None
+    sent, others = own_sent(world, exercise_id)
+    return {"sent": sent, "parameters": max(number(e.get("parameters")) or 0 for e in done), "others": others}, None
 
 
-def _disagreements(scheme: str, guess: dict, ran: dict, count: dict) -> list[str]:
+def _disagreements(exercise_id: str, guess: dict, ran: dict, count: dict) -> list[str]:
     found = []
     for q in ("parameters", "sent"):
         if _close(guess.get(q), ran[q], RTOL[q]):
@@ -333,8 +346,10 @@ def _disagreements(scheme: str, guess: dict, ran: dict, count: dict) -> list[str
         shown = "nothing" if guess.get(q) is None else f"{guess[q]:g}"
         whose = ("you predicted the count; your code is what differs: its own check says how"
                  if _close(guess.get(q), count[q], RTOL[q]) else f"the count is {count[q]:g}")
-        found.append(f"{scheme} parallelism, your cell of {OWN[scheme]}: the busiest rank's {q!r} measured "
-                     f"{ran[q]:g} bytes, you predicted {shown} ({whose})")
+        uncounted = (f"; it also called {', '.join(f'dist.{op}' for op in ran['others'])}, which is not counted here"
+                     if q == "sent" and ran["others"] else "")
+        found.append(f"{OWN[exercise_id]} parallelism, your cell of {exercise_id}: the busiest rank's {q!r} measured "
+                     f"{ran[q]:g} bytes, you predicted {shown} ({whose}{uncounted})")
     return found
 
 
@@ -464,7 +479,7 @@ EXERCISE = Exercise(
     entry="per_rank_costs",
     harness=harness,
     world_sizes=(1, 2, 3, 4),
-    uses=tuple(OWN.values()),
+    uses=tuple(OWN),
     # backward(grad) of a stage's output first imports it (and sympy): every rank would, each on its own
     warm_imports=("torch.fx.experimental.symbolic_shapes",),
     checks=[
@@ -484,9 +499,9 @@ EXERCISE = Exercise(
         Check("bytes sent per step by the busiest rank: tensor parallelism", 2,
               _judge(("sent",), ("tensor",), _sent_explained),
               hint="two ring all-reduces of a rows x d tensor per block: one forward, one backward"),
-        # Worth nothing: a mistake in 1.2-1.4 is charged there. It shows the prediction beside the
+        # Worth nothing: a mistake in 1.1-1.4 is charged there. It shows the prediction beside the
         # student's own run, the lesson's "predict, then measure".
-        Check("your predictions against your own 1.2-1.4 code, run on 3 ranks", 0, _own_code, needs="partial",
+        Check("your predictions against your own 1.1-1.4 code, run on 3 ranks", 0, _own_code, needs="partial",
               hint="where your code is what differs, the check of its own exercise says how; where your "
                    "prediction is, the checks above do"),
     ],
