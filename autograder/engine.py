@@ -168,7 +168,7 @@ def grade_each(exercise_ids: list[str], path: str | Path, world_sizes: list[int]
             fresh = kept is None or kept[0].proc.poll() is not None
             kept = live_host(kept, root, sandbox_mode(sandbox_setting), hidden_from_ranks(Path(path)))
             if fresh:  # every module the exercises need, imported once, while this process imports torch
-                kept[0].prepare({m for i in exercise_ids if exercises.get(i) for m in exercises.get(i).warm_imports})
+                kept[0].prepare(exercises.warm_imports(exercise_ids))
             reports.append(grade(exercise_id, path, world_sizes, host=kept[0], sandbox_note=kept[1], **options))
         return reports
     finally:

@@ -85,13 +85,11 @@ def serve(root: Path) -> int:
 def _gone(kernel: int, wait: float = 5.0) -> bool:
     """Whether the kernel has died. Its end of stdin closes, and its death signal comes, while it is
     still dying: give it a moment to be gone."""
+    from autograder.host import _alive
+
     deadline = time.monotonic() + wait
     while True:
-        try:
-            state = Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True
-        if os.getppid() != kernel or state in ("Z", "X"):
+        if os.getppid() != kernel or not _alive(kernel):
             return True
         if time.monotonic() > deadline:
             return False
@@ -106,7 +104,7 @@ def _warm_up(kept, root: Path, cwd: Path):
     try:
         kept = engine.live_host(kept, root, engine.sandbox_mode(), engine.hidden_from_ranks(cwd / "notebook"))
         kept[0].prepare(("torch._dynamo",))  # what most need, first
-        kept[0].prepare({m for i in exercises.ids() for m in exercises.get(i).warm_imports})
+        kept[0].prepare(exercises.warm_imports(exercises.ids()))
     except Exception:  # the first check starts a host again, and reports what fails
         traceback.print_exc()
     return kept

@@ -94,6 +94,11 @@ def ids() -> list[str]:
     return list(MODULES)
 
 
+def warm_imports(exercise_ids) -> set[str]:
+    """What the rank host imports before forking, for every one of those exercises (unknown ids: nothing)."""
+    return {m for i in exercise_ids if get(i) for m in get(i).warm_imports}
+
+
 @functools.cache
 def get(exercise_id: str) -> Exercise | None:
     """The exercise, importing only its own module."""
