@@ -98,26 +98,37 @@ def ring_all_reduce(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _block(d: int, h: int) -> list[torch.nn.Module]:
-    return [torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Linear(h, d)]
+def _model(blocks: int) -> torch.nn.Sequential:
+    """`blocks` MLP blocks of MEASURED's widths: Linear(d, h), GELU, Linear(h, d) each."""
+    _, d, h, _ = MEASURED
+    return torch.nn.Sequential(*[layer for _ in range(blocks)
+                                 for layer in (torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Linear(h, d))])
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _held(params: list[torch.Tensor], optimizer) -> dict[str, int]:
     """The bytes of parameters, gradients and Adam's two moments this rank holds, after a step."""
     optimizer.step()
-    size = lambda t: t.numel() * t.element_size()  # noqa: E731
     states = optimizer.state.values() if isinstance(optimizer.state, dict) else optimizer.state  # torch's, or ours
     moments = [t for state in states for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
-    return {"parameters": sum(size(p) for p in params), "gradients": sum(size(p.grad) for p in params if p.grad is not None),
-            "optimizer": sum(size(t) for t in moments)}
+    return {"parameters": _bytes(params), "gradients": _bytes(p.grad for p in params if p.grad is not None),
+            "optimizer": _bytes(moments)}
+
+
+def _local_gradients(rank: int, w: int) -> torch.nn.Sequential:
+    """The whole model, its gradients from this rank's share of the rows (data parallelism before averaging)."""
+    blocks, d, _, rows = MEASURED
+    model = _model(blocks)
+    x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
+    model(x).square().mean().backward()
+    return model
 
 
 def _data_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
-    blocks, d, h, rows = MEASURED
-    model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
-    x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
-    model(x).square().mean().backward()
-    params = list(model.parameters())
+    params = list(_local_gradients(rank, w).parameters())
     gradients = torch.cat([p.grad.flatten() for p in params])
     ring_all_reduce(gradients).div_(w)
     torch.nn.utils.vector_to_parameters(gradients, [p.grad for p in params])
@@ -126,8 +137,7 @@ def _data_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
 
 def _pipeline_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
     blocks, d, h, rows = MEASURED
-    mine = len(torch.tensor_split(torch.arange(blocks), w)[rank])
-    stage = torch.nn.Sequential(*[layer for _ in range(mine) for layer in _block(d, h)])
+    stage = _model(len(torch.tensor_split(torch.arange(blocks), w)[rank]))
     x = torch.randn(rows, d, generator=torch.Generator().manual_seed(0))
     if rank > 0:
         dist.recv(x, rank - 1)
@@ -183,6 +193,11 @@ def _tensor_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
 _MEASURED_RUNS = {"data": _data_step, "pipeline": _pipeline_step, "tensor": _tensor_step}
 
 
+def _sent(r, events: list[dict]) -> int:
+    """The bytes of the point-to-point messages rank `r` sent among `events`."""
+    return sum(size for way, _, size, _ in r.messages(events) if way == "send")
+
+
 def measured(world, scheme: str) -> dict[str, int] | None:
     """The busiest rank's measurements of `scheme` in this launch: held bytes as it reported them, sent
     bytes from its traced messages."""
@@ -191,8 +206,7 @@ def measured(world, scheme: str) -> dict[str, int] | None:
         done = next((e for e in r.of("measured") if e.get("index") == scheme), None)
         if done is None:
             return None
-        sent = sum(e.get("bytes", 0) for e in r.windows("measure", "measured").get(scheme, [])
-                   if e.get("kind") == "enter" and e.get("call") in ("send", "isend"))
+        sent = _sent(r, r.windows("measure", "measured").get(scheme, []))
         per_rank.append({**{q: done.get(q) for q in QUANTITIES if q != "sent"}, "sent": sent})
     return {q: max(m[q] for m in per_rank) for q in QUANTITIES}
 
@@ -226,12 +240,9 @@ def _own_runs(companions: dict, rank: int, w: int, rec):
 
 def _own_data_step(average_gradients, rank: int, w: int) -> int:
     """Data parallelism: this rank's gradients on its share of the rows, then `average_gradients(model)`."""
-    blocks, d, h, rows = MEASURED
-    model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
-    x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
-    model(x).square().mean().backward()
+    model = _local_gradients(rank, w)
     average_gradients(model)
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    return _bytes(model.parameters())
 
 
 def _ring_of(cell):
@@ -245,12 +256,11 @@ def _ring_of(cell):
 
 def _own_pipeline_step(cell, rank: int, w: int) -> int:
     blocks, d, h, rows = MEASURED
-    model = torch.nn.Sequential(*[layer for _ in range(blocks) for layer in _block(d, h)])
-    stage = cell.stage_of(model, rank, w)
+    stage = cell.stage_of(_model(blocks), rank, w)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(rows, d, generator=g), torch.randn(rows, d, generator=g)
     cell.pipeline_step(stage, x, y, 2)
-    return sum(p.numel() * p.element_size() for p in stage.parameters())
+    return _bytes(stage.parameters())
 
 
 def _own_tensor_step(cell, rank: int, w: int) -> int:
@@ -281,9 +291,8 @@ def own_sent(world, exercise_id: str) -> tuple[int, list[str]]:
     per_rank, others = [], set()
     for r in world.ranks:
         events = r.windows("own", "own_done").get(exercise_id, [])
-        sent = sum(size for way, _, size, _ in r.messages(events) if way == "send")
-        sent += sum(ring_sent(math.prod(e.get("shape") or [0]), w, r.rank) for e in events
-                    if e.get("kind") == "enter" and e.get("call") == "all_reduce")
+        sent = _sent(r, events) + sum(ring_sent(math.prod(e.get("shape") or [0]), w, r.rank) for e in events
+                                      if e.get("kind") == "enter" and e.get("call") == "all_reduce")
         others |= {str(e.get("op")) for e in events if e.get("kind") == "collective" and e.get("op") != "all_reduce"}
         per_rank.append(sent)
     return max(per_rank), sorted(others)
