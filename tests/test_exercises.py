@@ -14,7 +14,7 @@ import pytest
 from autograder import engine, exercises
 from autograder.report import Report
 from autograder.timeline import Timeline
-from conftest import ROOT, SUBMISSIONS, edits
+from conftest import ROOT, SUBMISSIONS, edits, handed_in
 
 RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "1.2": "the code runs to the end on every rank at every world size",
@@ -514,26 +514,15 @@ def test_the_course_sync_batch_norm_cannot_be_imported_while_3_1_is_graded(tmp_p
 OWN = "your predictions against your own 1.1-1.4 code, run on 3 ranks"
 
 
-def notebook_with(notebook: str, cells: dict[str, Path], dest: Path) -> Path:
-    """A copy of the course's notebook whose cells for those exercises hold those submissions."""
-    nb = json.loads((ROOT / notebook).read_text())
-    for cell in nb["cells"]:
-        first = "".join(cell["source"]).split("\n", 1)[0]
-        for exercise_id, path in cells.items():
-            if cell["cell_type"] == "code" and first == f"%%exercise {exercise_id}":
-                cell["source"] = f"%%exercise {exercise_id}\n{path.read_text()}"
-    path = dest / f"notebook-{len(list(dest.glob('notebook-*')))}.ipynb"
-    path.write_text(json.dumps(nb))
-    return path
-
-
 def graded_with(cells: dict[str, str], notebook: str = "solutions/01_parallelism.ipynb"):
     dest = _host["warm"].workspace()
     paths = {}
     for exercise_id, name in cells.items():
         path = name if isinstance(name, Path) else folder(exercise_id) / f"{name}.py"
         paths[exercise_id] = path if path.exists() else edits.write(folder(exercise_id), name, dest)
-    return engine.grade("1.5", notebook_with(notebook, paths, dest), host=_host["warm"])
+    path = dest / f"notebook-{len(list(dest.glob('notebook-*')))}.ipynb"
+    nbformat.write(handed_in(ROOT / notebook, {i: p.read_text() for i, p in paths.items()}), path)
+    return engine.grade("1.5", path, host=_host["warm"])
 
 
 def by_name(report) -> dict:

@@ -22,7 +22,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises, sandbox
 from autograder.source import magic_id
-from conftest import edits, script
+from conftest import edits, handed_in, script
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
@@ -36,16 +36,6 @@ IDS = [magic_id(c.source) for c in nbformat.read(SOURCE, as_version=4).cells
 def solved(code: str) -> str:
     return "\n".join(line for line in code.splitlines() if "### BEGIN SOLUTION" not in line
                      and "### END SOLUTION" not in line)
-
-
-def handed_in(released: Path, answers: dict[str, str]):
-    """The released notebook with each exercise cell in `answers` replaced by its answer."""
-    nb = nbformat.read(released, as_version=4)
-    for cell in nb.cells:
-        exercise_id = magic_id(cell.source) if cell.cell_type == "code" else None
-        if exercise_id in answers:
-            cell.source = f"%%exercise {exercise_id}\n{answers[exercise_id]}"
-    return nb
 
 
 def with_cell(nb, index: int, source: str):
