@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 
 from autograder.evidence import RankRecord, WorldRun
+from autograder.sandbox import package_dir
 
-GRADER_DIR = Path(__file__).parent
+GRADER_DIR = package_dir("ranks")  # the frames of the ranks' side of the grader, left out of what is shown
 ABANDONED = ("A collective returns only once every rank has called it, so in a real job this rank would wait "
              "until the process group's timeout (30 minutes by default) and then fail. Call every collective "
              "on every rank, and use its result only where you need it.")
@@ -24,6 +25,24 @@ def describe_problem(worlds: list[WorldRun], student: Path) -> str:
         if not world.complete:
             return f"{summary(world)}\n{_body(world, student)}".rstrip()
     return ""
+
+
+def exhausted(worlds: list[WorldRun]) -> str:
+    """What the submission ran out of, where it did: memory (the kernel killed one of its processes) or room
+    for its files; "" if nothing."""
+    from autograder.limits import Limits
+
+    limits = Limits.from_environment()
+    said = []
+    for world in worlds:
+        if world.out_of_memory:
+            said.append(f"{world.label}: out of memory: the submission's processes, with the files they wrote, "
+                        f"used more than {limits.memory_mb} MB in all, and the kernel killed one of them")
+        if world.disk_full:
+            said.append(f"{world.label}: no space left for files: the submission filled its work directory "
+                        f"({limits.work_mb} MB) or /tmp ({limits.tmp_mb} MB), so whatever it wrote next, its own "
+                        "output and trace included, was lost")
+    return "\n".join(said)
 
 
 def _busy(world: WorldRun) -> str:

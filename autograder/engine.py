@@ -1,22 +1,25 @@
 """Grade one exercise: launch the student's code at each world size, then judge the checks.
 
 This is the one engine behind every front end (command line, notebook, pytest, nbgrader).
-The submission runs in a rank host (launch.py, host.py), inside the sandbox (sandbox.py)
+The submission runs in a rank host (launch.py, ranks/host.py), inside the sandbox (sandbox.py)
 when the machine has one; this process only reads what the ranks left as plain data
-(evidence.py), computes the values the checks compare with, and judges.
+(evidence.py), computes the values the checks compare with, and judges. A concept check runs
+nothing at all: its answers are read from the cell's text (exercises/quiz.py).
+
+Whether a grader uses the sandbox is decided once, before any student code runs (``Hosts``): a
+sandbox that fails after that is a failed grading, never a reason to go on without one.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Callable
 
-from autograder import exercises, sandbox, source
-from autograder.launch import HostFailed, Layout, RankHost
+from autograder import exercises, files, sandbox, source
+from autograder.launch import Directory, HostFailed, Layout, RankHost
 from autograder.report import Report
 from autograder.source import UsageError
 
@@ -69,35 +72,68 @@ def sandbox_mode(requested: str | None = None) -> str:
     return mode
 
 
-def start_host(root: Path, mode: str, hide: list[Path]) -> tuple[RankHost, str]:
-    """A rank host for ``root``, sandboxed where possible, and what the report says of the sandbox."""
-    box, why = (None, "turned off") if mode == "off" else sandbox.probe()
-    if box is None and mode == "required":
-        raise SandboxRequired(f"the sandbox is required but cannot run here: {why}")
-    if box is not None:
-        host = RankHost(root, sandbox=box, hide=hide)
+# Per sandbox setting, what this process decided at its first host start: the sandbox (or None) and
+# why. Taken before any submission ran here, and kept: no later failure turns the sandbox off.
+_decided: dict[str, tuple[sandbox.Sandbox | None, str]] = {}
+
+
+class Hosts:
+    """The rank hosts of one grader (a command, a kernel's warm grader, one student's notebook under
+    nbgrader): one per view of the course (exercises.hidden), each started again after a submission
+    took it down."""
+
+    def __init__(self, mode: str | None = None, parent: Path | None = None):
+        self.mode = sandbox_mode(mode)
+        self.parent = parent  # where the hosts' roots go: the system's temporary directory by default
+        self.kept: dict[tuple[str, ...], RankHost] = {}
+        self.why = ""  # why there is no sandbox, where there is none
+
+    def get(self, hidden: tuple[str, ...] = ()) -> RankHost:
+        """A live host that shows the course without the ``hidden`` modules; HostFailed if none can start,
+        SandboxRequired if the sandbox is required and this machine has none."""
+        host = self.kept.get(hidden)
+        if host is not None and host.alive():
+            return host
+        if host is not None:
+            host.close()
+            del self.kept[hidden]
+        self.kept[hidden] = host = self._start(hidden)
+        return host
+
+    def _start(self, hidden: tuple[str, ...]) -> RankHost:
+        box, why = _decided.get(self.mode) or ((None, "turned off") if self.mode == "off" else sandbox.probe())
+        if box is None and self.mode == "required":
+            raise SandboxRequired(f"the sandbox is required but cannot run here: {why}")
+        host = RankHost(sandbox=box, hidden=hidden, parent=self.parent)
         try:
             host.started()
-            return host, "bubblewrap"
         except HostFailed as exc:
             host.close()
+            if box is None or self.mode in _decided:
+                raise  # the sandbox was decided on already: never a recovery without it
             why = f"bubblewrap could not start here: {str(exc).splitlines()[-1][:200]}"
-            if mode == "required":
+            if self.mode == "required":
                 raise SandboxRequired(f"the sandbox is required but cannot run here: {why}") from None
-    host = RankHost(root, hide=hide)
-    host.started()
-    return host, f"off ({why})"
+            _decided[self.mode] = (None, why)
+            return self._start(hidden)
+        _decided.setdefault(self.mode, (box, why))
+        self.why = why
+        return host
 
+    def note(self, host: RankHost) -> str:
+        """What a report says of the sandbox its submission ran in."""
+        return host.note() or f"off ({self.why or 'turned off'})"
 
-def live_host(current: tuple[RankHost, str] | None, root: Path, mode: str,
-              hide: list[Path]) -> tuple[RankHost, str]:
-    """``current`` (a host and its sandbox note) while its host runs, else a new one: the ranks of the
-    last submission it served may have taken it down."""
-    if current is not None:
-        if current[0].proc.poll() is None:
-            return current
-        current[0].close()
-    return start_host(root, mode, hide)
+    def close(self):
+        for host in self.kept.values():
+            host.close()
+        self.kept.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def grade(
@@ -109,88 +145,103 @@ def grade(
     timeout: float | None = None,
     backend: str | None = None,
     sandbox_setting: str | None = None,
-    host: RankHost | None = None,
-    sandbox_note: str = "",
+    hosts: Hosts | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Report:
-    """Grade the exercise in ``path``. With ``host`` (a warm one, kept by the caller) no new host starts."""
+    """Grade the exercise in ``path``. With ``hosts`` (warm ones, kept by the caller) no new host starts
+    unless the one this exercise needs has not started yet, or was lost."""
     if exercise_id not in exercises.ids():
         raise UsageError(f"unknown exercise {exercise_id!r}; `python -m autograder list` shows the exercises")
     if world_sizes is not None and (not world_sizes or min(world_sizes) < 1):
         raise UsageError("world sizes must be positive integers, e.g. --world-sizes 1,2,3")
     code = source.read_exercise(Path(path), exercise_id)
-    mode = sandbox_mode(sandbox_setting)
     start = time.monotonic()
-    own_host = host is None
-    root = Path(tempfile.mkdtemp(prefix="autograder-")) if own_host else host.workspace()
+    own = hosts is None
+    hosts = hosts if hosts is not None else Hosts(sandbox_setting)
     try:
-        if own_host:  # it imports torch while this process does the same
-            host, sandbox_note = start_host(root, mode, hidden_from_ranks(Path(path)))
+        report = _grade_code(exercise_id, code, Path(path), world_sizes, seed, timeout, backend, hosts, progress)
+    finally:
+        if own:
+            hosts.close()
+    report.elapsed = time.monotonic() - start
+    return report
+
+
+def _grade_code(exercise_id, code, path, world_sizes, seed, timeout, backend, hosts, progress) -> Report:
+    """The report on ``code``: a concept check read, anything else launched; whatever fails in the grader
+    itself is told in a report of this exercise, never raised past it (the other exercises go on)."""
+    host = None
+    try:
+        if exercises.kind(exercise_id) == "answers":
+            return _grade_answers(exercises.get(exercise_id), code)
+        host = hosts.get(exercises.hidden(exercise_id))  # it imports torch while this process does the same
         exercise = exercises.get(exercise_id)  # imports torch
-        # In the exercise's order: one exercise's launches form a chain (3.5 resumes each from the last)
-        sizes = list(dict.fromkeys(world_sizes or exercise.world_sizes))
+        sizes = list(dict.fromkeys(world_sizes or exercise.world_sizes))  # in the exercise's order (3.5 chains them)
         host.prepare(exercise.warm_imports)
-        student = source.write_module(code, root)
-        jobs, problem = (), source.compile_problem(student, exercise.entry)
+        report = _grade_on(exercise, host, code, path, sizes, seed, timeout, backend, progress)
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except HostFailed as exc:
+        report = _failed(exercise_id, sorted(set(world_sizes or ())), f"The rank host failed: {exc}",
+                         "not judged: the grader lost the ranks")
+    except Exception:
+        report = _failed(exercise_id, sorted(set(world_sizes or ())),
+                         "The grader itself failed on this submission (please report it, with the submission):\n"
+                         + traceback.format_exc(limit=-4)[-3000:], "not judged: the grader failed")
+    report.sandbox = hosts.note(host) if host is not None else report.sandbox
+    return report
+
+
+def _failed(exercise_id: str, sizes: list[int], problem: str, message: str) -> Report:
+    exercise = exercises.get(exercise_id)
+    return Report(exercise.id, exercise.title, "gloo", sizes or list(exercise.world_sizes),
+                  exercise.same_result("error", message, "gloo"), problem)
+
+
+def _grade_answers(exercise, code: str) -> Report:
+    """A concept check: the answers read from the cell's text, no code run anywhere."""
+    from autograder.checks import Runs, judge_all
+    from autograder.exercises import quiz
+
+    def report(checks, problem="", not_started=False):
+        return Report(exercise.id, exercise.title, "none", [], checks, problem, 0.0, not_started,
+                      sandbox="not needed: nothing runs, the answers are read")
+
+    if source.as_handed_out(code) or quiz.not_started(code):
+        return report(exercise.same_result("failed", NOT_STARTED, "gloo"), _not_started_text(exercise), True)
+    try:
+        answers = quiz.read(code)
+    except quiz.NotAnswers as exc:
+        answers = f"{quiz.NAME} could not be read: {exc}"
+    return report(judge_all(exercise, Runs([], "gloo", {"answers": answers})))
+
+
+def _grade_on(exercise, host: RankHost, code: str, path: Path, sizes, seed, timeout, backend, progress) -> Report:
+    code_dir, code_inside = host.code_directory()
+    try:
+        student = source.write_module(code, code_dir)
+        inside = code_inside / student.name
+        jobs, problem = (), source.compile_problem(code, exercise.entry)
         if source.as_handed_out(code):  # nothing to launch: say so at once
             problem = NOT_STARTED
         elif not problem:
             jobs, problem = _jobs(exercise, code)
         if problem == NOT_STARTED:
-            report = Report(exercise.id, exercise.title, "gloo", sizes, exercise.same_result("failed", NOT_STARTED, "gloo"),
-                            _not_started_text(exercise), 0.0, True)
-        elif problem:
-            report = Report(exercise.id, exercise.title, "gloo", sizes,
-                            exercise.same_result("error", "not judged: the code does not run (see above)", "gloo"), problem)
-        else:
-            chosen = "gloo" if exercise.on_cpu else choose_backend(sizes, backend)
-            report = _grade(exercise, host, student, root, sizes, chosen, seed, timeout or exercise.timeout, progress,
-                            jobs, _own_cells(exercise, Path(path), root))
-        report.sandbox = sandbox_note
+            return Report(exercise.id, exercise.title, "gloo", sizes,
+                          exercise.same_result("failed", NOT_STARTED, "gloo"), _not_started_text(exercise), 0.0, True)
+        if problem:
+            return Report(exercise.id, exercise.title, "gloo", sizes,
+                          exercise.same_result("error", "not judged: the code does not run (see above)", "gloo"), problem)
+        chosen = "gloo" if exercise.on_cpu else choose_backend(sizes, backend)
+        own = _own_cells(exercise, path, code_dir, code_inside)
+        grading = host.directory(None, "grading")
+        try:
+            return _grade(exercise, host, inside, grading, sizes, chosen, seed, timeout or exercise.timeout, progress,
+                          jobs, own)
+        finally:
+            host.clear(grading)
     finally:
-        if own_host and host is not None:
-            host.close()
-        remove_tree(root)
-    report.elapsed = time.monotonic() - start
-    return report
-
-
-def grade_each(exercise_ids: list[str], path: str | Path, world_sizes: list[int] | None = None, *,
-               sandbox_setting: str | None = None, **options) -> list[Report]:
-    """Several exercises of one submission (a notebook), served by one rank host, as its notebook would be."""
-    if len(exercise_ids) == 1:
-        return [grade(exercise_ids[0], path, world_sizes, sandbox_setting=sandbox_setting, **options)]
-    root = Path(tempfile.mkdtemp(prefix="autograder-"))
-    kept = None
-    try:
-        reports = []
-        for exercise_id in exercise_ids:
-            fresh = kept is None or kept[0].proc.poll() is not None
-            kept = live_host(kept, root, sandbox_mode(sandbox_setting), hidden_from_ranks(Path(path)))
-            if fresh:  # every module the exercises need, imported once, while this process imports torch
-                kept[0].prepare(exercises.warm_imports(exercise_ids))
-            reports.append(grade(exercise_id, path, world_sizes, host=kept[0], sandbox_note=kept[1], **options))
-        return reports
-    finally:
-        if kept is not None:
-            kept[0].close()
-        remove_tree(root)
-
-
-def hidden_from_ranks(path: Path) -> list[Path]:
-    """Directories the ranks must not see: where the student works, and the course itself."""
-    course = Path(__file__).resolve().parent.parent
-    return [Path.cwd(), path.resolve().parent, course]
-
-
-def _own_cells(exercise, path: Path, root: Path) -> dict[str, str]:
-    """The student's cells of the exercises this one also runs (Exercise.uses) that could run: id -> module path."""
-    written = {}
-    for other, code in source.cells_of(path, exercise.uses).items():
-        module = source.write_module(code, root, f"exercise_{other.replace('.', '_')}.py")
-        if not source.as_handed_out(code) and not source.compile_problem(module, exercises.get(other).entry):
-            written[other] = str(module)
-    return written
+        files.remove_tree(code_dir)
 
 
 def _jobs(exercise, code: str) -> tuple[tuple, str | None]:
@@ -205,33 +256,46 @@ def _jobs(exercise, code: str) -> tuple[tuple, str | None]:
         return (), f"The launch commands cannot run as written: {exc}."
 
 
-def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, seed, timeout, progress,
-           jobs=(), own_cells=None) -> Report:
+def _own_cells(exercise, path: Path, code_dir: Path, code_inside) -> dict[str, str]:
+    """The student's cells of the exercises this one also runs (Exercise.uses) that could run: id -> module
+    path, as the ranks see it."""
+    written = {}
+    for other, code in source.cells_of(path, exercise.uses).items():
+        module = source.write_module(code, code_dir, f"exercise_{other.replace('.', '_')}.py")
+        if not source.as_handed_out(code) and not source.compile_problem(code, exercises.get(other).entry):
+            written[other] = str(code_inside / module.name)
+    return written
+
+
+def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend, seed, timeout, progress, jobs=(),
+           own_cells=None) -> Report:
     from autograder.checks import Runs, gate, judge_all
-    from autograder.diagnosis import describe_problem
+    from autograder.diagnosis import describe_problem, exhausted
     from autograder.evidence import load
 
     def report(checks, problem="", not_started=False):
         return Report(exercise.id, exercise.title, backend, sizes, checks, problem, 0.0, not_started)
 
     target = ({"kind": "script", "student": str(student)} if exercise.kind == "script" else
-              {"kind": "function", "student": str(student), "exercise": exercise.id, "params": exercise.params(seed)})
+              {"kind": "function", "student": str(student), "exercise": exercise.id, "params": exercise.params(seed),
+               "hidden": list(exercises.hidden(exercise.id))})
     worlds = []
     for k, (layout, job) in enumerate(_launches(exercise, sizes, jobs)):
         label = job.name if job else f"world size {layout.world_size}"
         progress(f"exercise {exercise.id}: {label} ...")
-        try:
-            if job is None:
-                result = host.launch(target, layout, root / f"world{layout.world_size}", backend=backend,
-                                     timeout=timeout, quiet=exercise.quiet)
-            else:
-                result = host.job(job.request(str(student), backend), layout, root / f"job{k}", timeout=timeout,
-                                  quiet=exercise.quiet, meet_within=job.meet_within)
-        except HostFailed as exc:
+        where = host.directory(grading, f"job{k}" if job else f"world{layout.world_size}")
+        if job is None:
+            result = host.launch(target, layout, where, backend=backend, timeout=timeout, quiet=exercise.quiet)
+        else:
+            result = host.job(job.request(str(student), backend), layout, where, timeout=timeout,
+                              quiet=exercise.quiet, meet_within=job.meet_within)
+        if result.host_failure and not host.alive():
             return report(exercise.same_result("error", "not judged: the grader lost the ranks", backend),
-                          f"The rank host failed: {exc}")
+                          f"The rank host failed: {result.host_failure}")
         world = load(result, job)
-        _export_checkpoints(host, world, [world.workdir / "run" / name for name in exercise.exported] if job else [])
+        world.grading = grading.folder
+        _export_checkpoints(host, world, where, grading,
+                            [str(where.inside / "run" / name) for name in exercise.exported] if job else [])
         worlds.append(world)
         progress(f"exercise {exercise.id}: {label} {'done' if world.complete else 'FAILED'} in {world.elapsed:.1f} s")
         if _not_started(world):
@@ -240,11 +304,11 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
             break  # larger launches would only wait as long again
     own = None
     if own_cells and all(w.complete for w in worlds):
-        own = _launch_own_cells(exercise, host, {**target, "companions": own_cells}, root, backend, timeout, progress)
+        own = _launch_own_cells(exercise, host, {**target, "companions": own_cells}, grading, backend, timeout, progress)
     runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)}, own)
     checks = judge_all(exercise, runs)
-    # the bugs left first, then a crash, then why nothing counts
-    problems = (exercise.tally(checks), describe_problem(worlds, student), gate(exercise, runs))
+    # the bugs left first, then what the submission ran out of, then a crash, then why nothing counts
+    problems = (exercise.tally(checks), exhausted(worlds), describe_problem(worlds, student), gate(exercise, runs))
     done = report(checks, "\n\n".join(p for p in problems if p))
     done.timeline = _timeline(exercise, worlds)
     return done
@@ -255,18 +319,15 @@ def _grade(exercise, host: RankHost, student: Path, root: Path, sizes, backend, 
 OWN_CELLS_TIMEOUT = 8.0
 
 
-def _launch_own_cells(exercise, host: RankHost, target: dict, root: Path, backend, timeout, progress):
+def _launch_own_cells(exercise, host: RankHost, target: dict, grading: Directory, backend, timeout, progress):
     """The launch that runs the student's cells of other exercises (Exercise.uses); None if the host failed."""
     from autograder.evidence import load
 
     layout = (exercise.layout or Layout)(exercise.uses_world_size)
     progress(f"exercise {exercise.id}: your cells of {', '.join(sorted(target['companions']))} ...")
-    try:
-        result = host.launch(target, layout, root / "own", backend=backend, timeout=min(timeout, OWN_CELLS_TIMEOUT),
-                             quiet=exercise.quiet)
-    except HostFailed:
-        return None
-    return load(result, None)
+    result = host.launch(target, layout, host.directory(grading, "own"), backend=backend,
+                         timeout=min(timeout, OWN_CELLS_TIMEOUT), quiet=exercise.quiet)
+    return None if result.host_failure and not host.alive() else load(result, None)
 
 
 def _launches(exercise, sizes, jobs=()):
@@ -288,26 +349,25 @@ def _timeline(exercise, worlds) -> dict | None:
     return drawn.to_dict() if drawn else None
 
 
-def _export_checkpoints(host: RankHost, world, named: list[Path] = ()):
-    """Every file a rank saved with torch.save, and the files ``named``, read back by the host as plain arrays."""
-    paths = list(dict.fromkeys([str(p) for p in named] + [
-        e["path"] for r in world.ranks for e in r.of("save") if isinstance(e.get("path"), str)]))
-    from autograder import files
-
-    folder = files.Folder(world.workdir)
-    try:
-        for k, path in enumerate(paths[:_EXPORTS_PER_WORLD]):
-            try:
-                info = host.export(path, world.workdir / f"export{k}.npz")
-            except HostFailed:
-                break
-            if info.get("type") == "dict":
-                arrays = folder.read_array(f"export{k}.npz") or {}
-                names = info.get("tensors") if isinstance(info.get("tensors"), list) else []
-                info["arrays"] = {str(n): arrays[f"a{i}"] for i, n in enumerate(names) if f"a{i}" in arrays}
-            world.exports[path] = info
-    finally:
-        folder.close()
+def _export_checkpoints(host: RankHost, world, where: Directory, grading: Directory, named: list[str] = ()):
+    """Every file a rank saved with torch.save, and the files ``named``, read back by the host as plain arrays
+    into a directory the grader makes once the ranks are gone."""
+    paths = list(dict.fromkeys(named + [
+        e["path"] for r in world.ranks for e in r.of("save") if isinstance(e.get("path"), str)]))[:_EXPORTS_PER_WORLD]
+    if not paths or not host.alive():
+        return
+    out = host.directory(where, "exports")
+    for k, path in enumerate(paths):
+        try:
+            info = host.export(path, out, f"export{k}.npz", grading.inside)
+        except HostFailed:
+            break
+        if info.get("type") == "dict":
+            arrays = out.folder.read_array(f"export{k}.npz") or {}
+            names = info.get("tensors") if isinstance(info.get("tensors"), list) else []
+            info["arrays"] = {str(n): arrays[f"a{i}"] for i, n in enumerate(names) if f"a{i}" in arrays}
+        world.exports[path] = info
+    out.close()
 
 
 def _not_started(world) -> bool:
@@ -319,14 +379,15 @@ def _not_started_text(exercise) -> str:
             "in the exercise cell with your code, then check it again.")
 
 
-def remove_tree(root: Path):
-    """The work directory, whatever the ranks did to its permissions."""
-    def unlock(function, path, _):
-        try:
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            function(path)
-        except OSError:
-            pass
-
-    shutil.rmtree(root, onerror=unlock)
+def grade_each(exercise_ids: list[str], path: str | Path, world_sizes: list[int] | None = None, *,
+               sandbox_setting: str | None = None, **options) -> list[Report]:
+    """Several exercises of one submission (a notebook), served by one grader's hosts, as its notebook
+    would be. An exercise the grader fails on is told in its own report; the others go on."""
+    with Hosts(sandbox_setting) as hosts:
+        launched = [i for i in exercise_ids if exercises.kind(i) != "answers"]
+        if len(launched) > 1:
+            try:  # every module the exercises need, imported once by the host most of them use, while this
+                hosts.get().prepare(exercises.warm_imports(launched))  # process imports torch
+            except HostFailed:
+                pass  # each exercise's own grading tries again, and says what failed
+        return [grade(exercise_id, path, world_sizes, hosts=hosts, **options) for exercise_id in exercise_ids]

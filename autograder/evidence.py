@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -140,7 +140,7 @@ class WorldRun:
     stall: Stall | None
     timed_out: bool
     elapsed: float
-    workdir: Path
+    workdir: PurePosixPath  # where the ranks saw their directory: compared with paths they recorded, never opened
     timeout: float = 0.0
     host_failure: str = ""
     exports: dict[str, dict] = field(default_factory=dict)  # path a rank saved to -> what it held
@@ -155,6 +155,11 @@ class WorldRun:
     duplicates: list[str] = field(default_factory=list)  # "attempt K: rank R, agent A": a RANK taken twice
     plan: object = None  # the jobs.Job this launch ran
     load: float = 0.0  # runnable processes per CPU when the time limit passed
+    folder: files.Folder | None = None  # the launch's directory, as the grader reads it
+    grading: files.Folder | None = None  # the directory of the grading it belongs to (the launch's parent)
+    out_of_memory: bool = False  # the kernel killed a process of the submission for want of memory
+    disk_full: bool = False  # the sandbox's file systems were full when the launch ended
+    faults: list[dict] = field(default_factory=list)  # the planted faults that landed (4.2), as the host said
 
     @property
     def label(self) -> str:
@@ -198,19 +203,17 @@ def load(launch: LaunchResult, plan=None) -> WorldRun:
         attempts = [_ranks(a.folder, a.ranks, a.events, a.events_sha256) for a in launch.attempts]
         ranks = attempts[-1] if attempts else [RankRecord(e.rank, e.exitcode, "", "") for e in launch.ranks]
     else:
-        attempts, ranks = [], _ranks(launch.workdir, launch.ranks, launch.events, launch.events_sha256)
+        attempts, ranks = [], _ranks(launch.folder, launch.ranks, launch.events, launch.events_sha256)
     return WorldRun(launch.layout, ranks, launch.stall, launch.timed_out, launch.elapsed, launch.workdir,
                     launch.timeout, launch.host_failure, stopped_at=launch.stopped_at, job=job, attempts=attempts,
                     agents=launch.agents, agent_output=launch.agent_output, unmet=launch.unmet, plan=plan, load=launch.load,
-                    duplicates=[f"attempt {a.number}: {d}" for a in launch.attempts for d in a.duplicates])
+                    duplicates=[f"attempt {a.number}: {d}" for a in launch.attempts for d in a.duplicates],
+                    folder=launch.folder, out_of_memory=launch.out_of_memory, disk_full=launch.disk_full,
+                    faults=launch.faults[:16])
 
 
-def _ranks(path: Path, exits, events: dict, digests: dict) -> list[RankRecord]:
-    folder = files.Folder(path)
-    try:
-        return [_rank(folder, exit, events, digests) for exit in exits]
-    finally:
-        folder.close()
+def _ranks(folder: files.Folder, exits, events: dict, digests: dict) -> list[RankRecord]:
+    return [_rank(folder, exit, events, digests) for exit in exits]
 
 
 def _rank(folder: files.Folder, exit, events: dict, digests: dict) -> RankRecord:
@@ -220,11 +223,11 @@ def _rank(folder: files.Folder, exit, events: dict, digests: dict) -> RankRecord
     if not isinstance(data, dict):
         return rec
     error, error_type = data.get("error"), data.get("error_type")
-    rec.error = error if isinstance(error, str) else None
-    rec.error_type = error_type if isinstance(error_type, str) else None
+    rec.error = error[-20000:] if isinstance(error, str) else None
+    rec.error_type = error_type[:200] if isinstance(error_type, str) else None
     rec.result = data.get("result")
     tampered = data.get("tampered")
-    rec.tampered = [str(t) for t in tampered] if isinstance(tampered, list) else ["the trace"]
+    rec.tampered = [str(t)[:200] for t in tampered[:20]] if isinstance(tampered, list) else ["the trace"]
     if data.get("events_sha256") != digests.get(exit.rank):
         rec.tampered.append("the event log was written to by the submission")
     labels = data.get("snapshot_labels")

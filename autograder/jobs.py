@@ -3,8 +3,8 @@
 The exercises of lessons 1-3 fork their ranks from the rank host (launch.py). Lesson 4 teaches the
 launcher itself, so its exercises run the student's script the way a user does: under plain
 ``python``, or under ``torchrun`` with its agent, its rendezvous and its restarts. The rank host
-starts each agent (host.py, ``agent_main``): torchrun's own ``main()`` with the job's options, whose
-entry point is ``autograder.worker``: that installs the trace in every worker of every attempt, then
+starts each agent (ranks/host.py, ``agent_main``): torchrun's own ``main()`` with the job's options,
+whose entry point is ``ranks.worker``: that installs the trace in every worker of every attempt, then
 runs the script. What the grader reads afterwards is the same as for a forked launch, once per
 attempt (launch.Attempt, evidence.load).
 """
@@ -24,7 +24,10 @@ class Job:
     world_size: int
     agents: tuple[tuple[str, ...] | None, ...] = (None,)  # torchrun's options for each agent; None: python
     args: tuple[str, ...] = ()  # the script's command line
-    fault: dict | None = None  # a worker killed on purpose (worker.py): {"rank", "attempt", "when", "n"}
+    fault: dict | None = None  # a worker killed on purpose (ranks/faults.py): {"rank", "attempt", "when", "n"}
+    # Its workers ask the host before going on after each step and save, as in a job with a fault, so that
+    # a job without one looks the same to them (every job of an exercise that plants faults sets it).
+    planted: bool = False
     nodes: int = 1
     env: dict = field(default_factory=dict)
     machines: tuple = ()  # the student's command for each agent, as torchrun read it (nodes.Node), if written
@@ -35,24 +38,23 @@ class Job:
         return Layout(self.world_size, self.nodes)
 
     def request(self, script: str, backend: str) -> dict:
-        """What the rank host needs to run this job (see host.py, op "job")."""
-        import json
-
+        """What the rank host needs to run this job (see ranks/host.py, op "job"); the fault, which the grader
+        sends the host only once the job's processes are forked (launch.RankHost.job)."""
         env = {
             "AUTOGRADER_BACKEND": backend,
             "OMP_NUM_THREADS": "1",
-            # Nothing in the work directory can stand in for autograder.worker (see worker.py).
+            # Nothing in the work directory can stand in for ranks.worker (see ranks/worker.py).
             "PYTHONSAFEPATH": "1",
             # Each attempt gets a store of its own: with a shared one, gloo workers of a restarted group
             # can find the last attempt's addresses and fail to connect (PyTorch 2.13).
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            "AUTOGRADER_FAULT": json.dumps(self.fault) if self.fault else "",
             "AUTOGRADER_PRELOAD": "torch._dynamo",  # see worker._preload
             **({"CUDA_VISIBLE_DEVICES": ""} if backend != "nccl" else {}),
             **self.env,
         }
         return {"agents": [list(a) if a is not None else None for a in self.agents], "script": script,
-                "args": list(self.args), "env": env, "agent_env": self.agent_env(backend)}
+                "args": list(self.args), "env": env, "agent_env": self.agent_env(backend),
+                "fault": self.fault, "planted": self.planted or self.fault is not None}
 
     def agent_env(self, backend: str) -> list[dict]:
         """What each agent adds to the job's environment: with nccl, each simulated node its own GPUs."""
@@ -61,10 +63,10 @@ class Job:
         return [{"CUDA_VISIBLE_DEVICES": node_gpus(self.layout, k)} for k in range(len(self.agents))]
 
 
-# What the rank host imports once for a torchrun job: the agents and the fork server (forkserver.py)
+# What the rank host imports once for a torchrun job: the agents and the fork server (ranks/forkserver.py)
 # are forked from it, so no agent, server or worker imports them again.
-WARM_IMPORTS = ("torch.distributed.run", "torch._dynamo", "autograder.trace", "autograder.worker",
-                "autograder.forkserver")
+WARM_IMPORTS = ("torch.distributed.run", "torch._dynamo", "ranks.trace", "ranks.worker", "ranks.forkserver",
+                "ranks.faults")
 
 PYTHON = "python, 1 process"
 
@@ -75,13 +77,14 @@ def python(args: tuple[str, ...] = ()) -> Job:
 
 
 def standalone(world_size: int, args: tuple[str, ...] = (), *, restarts: int = 0, fault: dict | None = None,
-               name: str = "") -> Job:
+               name: str = "", planted: bool = False) -> Job:
     """`torchrun --standalone --nproc-per-node=W`: one machine, a rendezvous on a port the system picks."""
     options = ("--standalone", f"--nproc-per-node={world_size}")
     if restarts:
         options += (f"--max-restarts={restarts}",)
     plural = "es" if world_size > 1 else ""
-    return Job(name or f"torchrun, {world_size} process{plural}", world_size, (options,), args, fault)
+    return Job(name or f"torchrun, {world_size} process{plural}", world_size, (options,), args, fault,
+               planted=planted)
 
 
 def from_commands(machines, world_size: int, args: tuple[str, ...] = (), name: str = "") -> Job:

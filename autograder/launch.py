@@ -2,13 +2,21 @@
 
 How a launch works
 ------------------
-The grader starts one rank host (host.py) per grading, inside the sandbox when the machine
-has one (sandbox.py), and asks it to launch each world size. The host forks the ranks; each
-one sets torchrun's environment variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...)
-and joins a rendezvous store that the host opened on a port the operating system picked,
-one per launch, as torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE).
+The grader starts one rank host (ranks/host.py) per grading, or one per notebook, inside the
+sandbox when the machine has one (sandbox.py), in a control group of its own (limits.py), and
+asks it to launch each world size. The host forks the ranks; each one sets torchrun's environment
+variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), which the grader computes here, and
+joins a rendezvous store that the host opened on a port the operating system picked, one per
+launch, as torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE).
 
-While the ranks run, the grader reads the events each rank records (trace.py): every call
+Every host start gets a root of its own, which no rank has touched: the code the ranks run is
+written by the grader into a directory of that root that the sandbox shows read-only, and the
+ranks write only in the sandbox's work directory, an in-memory file system of its own that dies
+with the sandbox. There the grader makes a new directory for each grading and each launch,
+through a descriptor, under a name no rank could guess, and reads what the ranks left through
+descriptors too (files.py).
+
+While the ranks run, the grader reads the events each rank records (ranks/trace.py): every call
 that can block (joining the group, a collective, a message, mp.spawn) is written down as it
 is entered and as it is left. That is how a hang is told from slow work, by progress
 rather than by a fixed grace period:
@@ -38,9 +46,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from autograder import files
+from autograder.limits import Group, Limits
+from autograder.sandbox import CODE, HOSTS, WORK, package_dir
 
 
 @dataclass
@@ -79,9 +89,21 @@ class Stall:
 
 
 @dataclass
+class Directory:
+    """A directory the grader made for the ranks: where the ranks see it, and the grader's descriptor of it."""
+
+    inside: PurePosixPath
+    folder: files.Folder
+
+    def close(self):
+        self.folder.close()
+
+
+@dataclass
 class LaunchResult:
     layout: Layout
-    workdir: Path
+    workdir: PurePosixPath  # as the ranks saw it (compared with the paths they recorded, never opened)
+    folder: files.Folder  # the same directory, as the grader reads it
     ranks: list[RankExit]
     elapsed: float
     timeout: float
@@ -100,6 +122,9 @@ class LaunchResult:
     # waited at a rendezvous that did not form.
     unmet: float | None = None
     load: float = 0.0  # runnable processes per CPU (1-minute average) when the time limit passed
+    out_of_memory: bool = False  # the kernel killed a process of the submission for want of memory
+    disk_full: bool = False  # the sandbox's file systems were full when the launch ended
+    faults: list[dict] = field(default_factory=list)  # the planted faults that landed, as the host told them
 
     @property
     def world_size(self) -> int:
@@ -111,15 +136,16 @@ class Attempt:
     """One start of a torchrun job's workers (torchrun starts them all again after a failure)."""
 
     number: int
-    folder: Path
+    folder: files.Folder
     ranks: list[RankExit]
     events: dict[int, list[dict]]
     events_sha256: dict[int, str]
     duplicates: list[str] = field(default_factory=list)  # "rank R, agent A": a worker that found its RANK taken
 
 
-def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -> dict[str, str]:
-    """The variables torchrun gives each worker (see torch.distributed.run)."""
+def torchrun_environment(layout: Layout, rank: int, use_gpus: bool) -> dict[str, str]:
+    """The variables torchrun gives each worker (see torch.distributed.run), but the rendezvous port and
+    the run id, which the rank host adds once it has opened the launch's store."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(layout.local_rank(rank)),
@@ -131,11 +157,9 @@ def torchrun_environment(layout: Layout, rank: int, port: int, use_gpus: bool) -
         "ROLE_WORLD_SIZE": str(layout.world_size),
         "ROLE_NAME": "default",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
-        "TORCHELASTIC_RUN_ID": f"autograder-{os.getpid()}-{port}",
         "OMP_NUM_THREADS": "1",
         "AUTOGRADER_BACKEND": "nccl" if use_gpus else "gloo",
     }
@@ -155,31 +179,68 @@ def node_gpus(layout: Layout, node: int) -> str:
 
 
 # Per rank: address space (CPU ranks only), size of any file written, and processes of the
-# sandbox's user (threads count too: a rank with gloo runs a few dozen).
+# sandbox's user (threads count too: a rank with gloo runs a few dozen). The whole submission's
+# limits are limits.Limits.
 LIMITS = {"memory_mb": 6144, "file_mb": 256, "processes": 512}
 MESSAGE_LIMIT = 1 << 20  # bytes of one line from the host
+# The host, started by absolute path in isolated mode: nothing on its sys.path that a rank could write.
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from ranks.host import main; sys.exit(main(sys.argv[2:]))"
+
+
+ROOT_PREFIX = "autograder-host-"  # then the grader's pid: a root whose grader is gone is removed by the next
 
 
 class HostFailed(Exception):
     """The rank host could not start or stopped answering."""
 
 
-class RankHost:
-    """The grader's side of one rank host: start it, ask it to launch, watch, stop it."""
+def remove_stale_roots(parent: Path):
+    """Roots of rank hosts whose grader is gone (killed before it could remove them)."""
+    for path in parent.glob(f"{ROOT_PREFIX}*"):
+        try:
+            os.kill(int(path.name.removeprefix(ROOT_PREFIX).split("-")[0]), 0)
+        except ProcessLookupError:
+            files.remove_tree(path)
+        except (ValueError, PermissionError, OSError):
+            continue
 
-    def __init__(self, root: Path, *, sandbox=None, hide: list[Path] = ()):
-        self.root = root
-        self.sandbox = sandbox
-        command = [sys.executable, "-m", "autograder.host"] + (["--sandboxed"] if sandbox else [])
-        if sandbox:
-            self.sandbox = sandbox = sandbox.fresh()
-            sandbox.own(root)
-            command = sandbox.wrap(command, root, list(hide))
+
+class RankHost:
+    """The grader's side of one rank host: start it, give it code, ask it to launch, watch, stop it."""
+
+    def __init__(self, *, sandbox=None, hidden: tuple[str, ...] = (), limits: Limits | None = None,
+                 parent: Path | None = None):
+        self.sandbox = sandbox.fresh() if sandbox else None
+        self.hidden = tuple(hidden)
+        self.limits = limits or Limits.from_environment()
+        remove_stale_roots(Path(parent or tempfile.gettempdir()))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))  # the grader's alone
+        self.code = self.root / "code"  # what the ranks run: written by the grader only
+        self.code.mkdir(mode=0o755)
+        self.group, self.unlimited = None, ""  # the control group, or why there is none
+        self.work: files.Folder | None = None
+        self.tmp: files.Folder | None = None  # the sandbox's /tmp, emptied after each grading
+        self.buffer, self.unprepared, self.broken = b"", 0, ""
+        self.oom_seen = 0
+        command = [sys.executable, "-I", "-c", BOOT, str(package_dir("ranks").parent)]
+        info, keep = None, ()
+        if self.sandbox:
+            hosts = self.root / "hosts"
+            hosts.write_text(HOSTS)
+            info, write = os.pipe()
+            command = self.sandbox.wrap(command + ["--sandboxed"], code=self.code, hosts=hosts, hidden=self.hidden,
+                                        work_mb=self.limits.work_mb, tmp_mb=self.limits.tmp_mb, info_fd=write)
+            self.group, self.unlimited = Group.create(self.limits)
+            command = self.group.joined(command) if self.group else command
+            keep = (write,)
+        else:
+            (self.root / "work").mkdir()
+        self.info = info
         self.errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-                                     start_new_session=True, cwd=root)
-        self.buffer = b""
-        self.unprepared = 0  # prepare requests not yet answered
+                                     start_new_session=True, cwd="/", pass_fds=keep)
+        for fd in keep:
+            os.close(fd)
         self.prepare(())
 
     def started(self, timeout: float = 30.0):
@@ -187,16 +248,69 @@ class RankHost:
         message = self.receive(timeout)
         if message is None or "hello" not in message:
             raise HostFailed(self.why_dead() if message is None else "the rank host did not start")
+        self.work = self._open_work()
+
+    def _open_work(self) -> files.Folder:
+        """The sandbox's work directory, through a descriptor opened once the sandbox runs (its own
+        mount, which no rank can replace); without a sandbox, the root's work directory."""
+        if self.sandbox is None:
+            path = self.root / "work"
+            return files.Folder(path)
+        raw = b""
+        while chunk := os.read(self.info, 4096):
+            raw += chunk
+            if len(raw) > 65536:
+                break
+        os.close(self.info)
+        self.info = None
+        info = files.parse_json(raw)
+        if not isinstance(info, dict) or not isinstance(info.get("child-pid"), int):
+            raise HostFailed("bubblewrap did not say which process runs the sandbox")
+        try:
+            fd = os.open(f"/proc/{info['child-pid']}/root{WORK}", os.O_RDONLY | os.O_DIRECTORY)
+            self.tmp = files.Folder(PurePosixPath("/tmp"),
+                                    os.open(f"/proc/{info['child-pid']}/root/tmp", os.O_RDONLY | os.O_DIRECTORY))
+        except OSError as exc:
+            raise HostFailed(f"the sandbox's work directory cannot be opened: {exc.strerror}") from None
+        return files.Folder(PurePosixPath(WORK), fd)
+
+    @property
+    def inside(self) -> PurePosixPath:
+        """The work directory, where the ranks see it."""
+        return PurePosixPath(WORK) if self.sandbox else PurePosixPath(self.root / "work")
+
+    def alive(self) -> bool:
+        """Running, and never caught out of step: a host that failed once is not asked again."""
+        return self.proc.poll() is None and not self.broken
+
+    def note(self) -> str:
+        """What the report says of the sandbox: "bubblewrap", with how the whole submission was limited."""
+        if not self.sandbox:
+            return ""
+        if self.group:
+            return "bubblewrap"
+        return f"bubblewrap; no limit on the whole submission here ({self.unlimited}), only per process"
 
     def send(self, **request):
+        self._usable()
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise HostFailed(self.why_dead()) from None
+            raise self._failed(self.why_dead()) from None
+
+    def _usable(self):
+        if self.broken:
+            raise HostFailed(self.broken)
+
+    def _failed(self, why: str) -> HostFailed:
+        """The host cannot be trusted to be in step any more: it is not asked again."""
+        self.broken = self.broken or why
+        return HostFailed(why)
 
     def receive(self, timeout: float) -> dict | None:
         """The host's next message, or None when none came in ``timeout`` seconds."""
+        self._usable()
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
@@ -207,38 +321,45 @@ class RankHost:
                 return None
             chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
             if not chunk:
-                raise HostFailed(self.why_dead())
+                raise self._failed(self.why_dead())
             self.buffer += chunk
             if len(self.buffer) > MESSAGE_LIMIT and b"\n" not in self.buffer:
-                raise HostFailed("the rank host sent an oversized message")
+                raise self._failed("the rank host sent an oversized message")
         line, self.buffer = self.buffer.split(b"\n", 1)
-        try:
-            message = json.loads(line)
-        except ValueError:
-            raise HostFailed("the rank host sent a message that is not JSON") from None
+        if len(line) > MESSAGE_LIMIT:
+            raise self._failed("the rank host sent an oversized message")
+        message = files.parse_json(line)
         if not isinstance(message, dict):
-            raise HostFailed("the rank host sent a message that is not an object")
+            raise self._failed("the rank host sent a message that is not a JSON object")
         if "host_error" in message:
-            raise HostFailed(str(message["host_error"])[-2000:])
+            raise self._failed(str(message["host_error"])[-2000:])
         return message
 
-    def workspace(self) -> Path:
-        """A new directory under this host's root, for one grading, writable by the ranks."""
-        path = Path(tempfile.mkdtemp(dir=self.root))
-        if self.sandbox:
-            self.sandbox.own(path)
-        return path
+    def directory(self, parent: Directory | None, prefix: str, *, exact: bool = False) -> Directory:
+        """A new directory for the ranks to write in: in ``parent``, else in the work directory. Named
+        ``prefix-<random>``, or ``prefix`` itself (``exact``) where ``parent`` was made just now."""
+        base = parent.folder if parent else self.work
+        owner = self.sandbox.owner() if self.sandbox else None
+        name, folder = base.make(prefix, owner, exact=exact)
+        return Directory((parent.inside if parent else self.inside) / name, folder)
+
+    def code_directory(self) -> tuple[Path, PurePosixPath]:
+        """A new directory for one grading's code, written by the grader: where it writes, where the ranks read."""
+        path = Path(tempfile.mkdtemp(dir=self.code))
+        path.chmod(0o755)
+        return path, (PurePosixPath(CODE) / path.name if self.sandbox else PurePosixPath(path))
 
     def prepare(self, imports):
-        """Have the host import these modules once, before it forks ranks that need them."""
-        self.send(op="prepare", imports=list(imports))
+        """Have the host import these modules once, before it forks ranks that need them (none it hides)."""
+        shown = [m for m in imports if not any(m == h or m.startswith(h + ".") for h in self.hidden)]
+        self.send(op="prepare", imports=shown)
         self.unprepared += 1
 
     def wait_ready(self, timeout: float = 120.0):
         while self.unprepared:
             message = self.receive(timeout)
             if message is None:
-                raise HostFailed(f"the rank host did not get ready within {timeout:g} s")
+                raise self._failed(f"the rank host did not get ready within {timeout:g} s")
             self.unprepared -= bool(message.get("prepared"))
 
     def why_dead(self) -> str:
@@ -254,10 +375,39 @@ class RankHost:
                else f"ended with exit code {code}")
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
             how = "was killed (SIGKILL): did the submission kill the processes it could see?"
+        if self.out_of_memory():
+            how = f"was killed: the submission used more than {self.limits.describe()}"
         return f"the process that ran the ranks {how}" + (f" ({said[-1][:300]})" if said else "")
 
-    def export(self, path: str, out: Path) -> dict:
-        self.send(op="export", path=path, out=str(out))
+    def out_of_memory(self) -> bool:
+        """Whether the kernel killed a process of this host for want of memory since this was last asked."""
+        kills = self.group.oom_kills() if self.group else 0
+        new, self.oom_seen = kills > self.oom_seen, kills
+        return new
+
+    def disk_full(self) -> bool:
+        """Whether the sandbox's work directory or /tmp has no room left (under 1 MB)."""
+        full = False
+        for folder in (self.work, self.tmp) if self.sandbox else ():
+            try:
+                info = os.fstatvfs(folder.fd)
+                full = full or info.f_bavail * info.f_frsize < (1 << 20)
+            except (OSError, TypeError):
+                pass
+        return full
+
+    def clear(self, grading: Directory):
+        """What one grading left: its directory, and whatever its ranks wrote in the sandbox's /tmp."""
+        grading.close()
+        files.remove_in(self.work, grading.inside.name)
+        if self.tmp is not None:
+            files.empty(self.tmp)
+
+    def export(self, path: str, out: Directory, name: str, within: PurePosixPath) -> dict:
+        """A checkpoint the ranks saved at ``path`` (in ``within``, or the sandbox's /tmp), read back by the host
+        into ``out``/``name`` as arrays."""
+        self.send(op="export", path=path, out=str(out.inside / name),
+                  within=[str(within), *(["/tmp"] if self.sandbox else [])])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             message = self.receive(deadline - time.monotonic())
@@ -265,7 +415,7 @@ class RankHost:
                 if isinstance(message["exported"], dict):
                     return message["exported"]
                 break
-        raise HostFailed("the rank host did not export the checkpoint")
+        raise self._failed("the rank host did not export the checkpoint")
 
     def close(self):
         if self.proc.poll() is None:
@@ -280,6 +430,15 @@ class RankHost:
             except OSError:
                 pass
         self.errors.close()
+        if self.info is not None:
+            os.close(self.info)
+        for folder in (self.work, self.tmp):
+            if folder is not None:
+                folder.close()
+        self.work = self.tmp = None
+        if self.group is not None:
+            self.group.remove()
+        files.remove_tree(self.root)
 
     def __enter__(self):
         return self
@@ -289,23 +448,22 @@ class RankHost:
 
     # -- one launch ------------------------------------------------------------------------
 
-    def launch(self, target: dict, layout: Layout, workdir: Path, *, backend: str = "gloo",
+    def launch(self, target: dict, layout: Layout, where: Directory, *, backend: str = "gloo",
                timeout: float = 60.0, quiet: float = 2.0, limits: dict | None = None) -> LaunchResult:
-        """Run ``target`` (see host.make_target) on ``layout.world_size`` ranks; cwd is ``workdir``."""
+        """Run ``target`` (see ranks/target.py) on ``layout.world_size`` ranks; their cwd is ``where``."""
         self.wait_ready()
-        workdir.mkdir(parents=True, exist_ok=True)
-        if self.sandbox:
-            self.sandbox.own(workdir)
-        folder = files.Folder(workdir)
+        folder = where.folder
         start = time.monotonic()
-        result = LaunchResult(layout, workdir, [], 0.0, timeout)
+        result = LaunchResult(layout, where.inside, folder, [], 0.0, timeout)
         watch = Watch(layout.world_size, folder)
         try:
-            self.send(op="launch", workdir=str(workdir), world_size=layout.world_size, nodes=layout.nodes,
-                      backend=backend, target=target, limits=self._limits(limits or LIMITS))
+            environments = [torchrun_environment(layout, r, backend == "nccl") for r in range(layout.world_size)]
+            self.send(op="launch", workdir=str(where.inside), environments=environments, backend=backend,
+                      target=target, limits=self._limits(limits or LIMITS))
             self._watch(watch, result, start, timeout, quiet)
         except HostFailed as exc:
             result.host_failure = str(exc)
+        result.out_of_memory, result.disk_full = self.out_of_memory(), self.disk_full()
         watch.poll()
         result.elapsed = time.monotonic() - start
         result.ranks = [
@@ -317,29 +475,35 @@ class RankHost:
         result.events_sha256 = {r: tail.digest.hexdigest() for r, tail in watch.tails.items() if not tail.overflow}
         for tail in watch.tails.values():
             tail.close()
-        folder.close()
         return result
 
-    def job(self, request: dict, layout: Layout, workdir: Path, *, timeout: float = 60.0, quiet: float = 2.0,
+    def job(self, request: dict, layout: Layout, where: Directory, *, timeout: float = 60.0, quiet: float = 2.0,
             meet_within: float = 20.0, limits: dict | None = None) -> LaunchResult:
         """Run a torchrun job (see jobs.py) to its end: its agents, their workers, every attempt.
-        The workers' files go under ``workdir``, their working directory is ``workdir``/run. Agents
-        that run ``meet_within`` seconds with no worker are stopped: their rendezvous did not form."""
+        The workers' files go under ``where``, their working directory is ``where``/run. Agents
+        that run ``meet_within`` seconds with no worker are stopped: their rendezvous did not form.
+        A fault the request plants ("fault") goes to the host only once it has said that the job's processes
+        are forked: no request the host had read when it forked them held it."""
         self.wait_ready()
-        for path in (workdir, workdir / "run"):
-            path.mkdir(parents=True, exist_ok=True)
-            if self.sandbox:
-                self.sandbox.own(path)
-        folder = files.Folder(workdir)
+        request = dict(request)
+        fault = request.pop("fault", None)
+        planted = request.pop("planted", fault is not None)
+        run = self.directory(where, "run", exact=True)
+        run.close()
+        folder = where.folder
         start = time.monotonic()
-        result = LaunchResult(layout, workdir, [], 0.0, timeout)
+        result = LaunchResult(layout, where.inside, folder, [], 0.0, timeout)
         watch = JobWatch(layout.world_size, folder, [options is not None for options in request["agents"]])
         try:
-            self.send(op="job", workdir=str(workdir), cwd=str(workdir / "run"), limits=self._limits(limits or LIMITS),
-                      **request)
+            self.send(op="job", workdir=str(where.inside), cwd=str(where.inside / "run"),
+                      limits=self._limits(limits or LIMITS), planted=planted, **request)
+            if fault is not None:
+                self._until_started(watch, timeout)
+                self.send(op="plant", fault=fault)
             self._watch(watch, result, start, timeout, quiet, unmet=meet_within)
         except HostFailed as exc:
             result.host_failure = str(exc)
+        result.out_of_memory, result.disk_full = self.out_of_memory(), self.disk_full()
         watch.poll()
         result.elapsed = time.monotonic() - start
         result.attempts = watch.result()
@@ -350,9 +514,21 @@ class RankHost:
             result.ranks = [RankExit(r, None) for r in range(layout.world_size)]
         result.agents = {i: watch.agents.get(i) for i in range(len(request["agents"]))}
         result.agent_output = "\n".join(folder.read_text(f"agent{i}.log") for i in result.agents)
+        result.faults = watch.faults
         watch.close()
-        folder.close()
         return result
+
+    def _until_started(self, watch, timeout: float):
+        """The host's messages, to the one that says the job's processes are all forked."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = self.receive(deadline - time.monotonic())
+            if message is None:
+                break
+            watch.take(message)
+            if "started" in message:
+                return
+        raise self._failed("the rank host did not start the job")
 
     def _limits(self, limits: dict) -> dict:
         """The process limit counts every process of the user: only for a user of the sandbox's own."""
@@ -454,6 +630,7 @@ class JobWatch:
         self.agents: dict[int, int | None] = {}
         self.torchrun = torchrun  # for each agent, whether it runs torchrun (a rendezvous to wait for)
         self.since = time.monotonic()  # the last sign of progress: agents ready, an attempt began, a worker moved
+        self.faults: list[dict] = []  # the planted faults that landed (ranks/faults.py)
 
     def discover(self):
         while len(self.attempts) < 64:
@@ -488,6 +665,8 @@ class JobWatch:
         return any(r not in watch.exits and sub.has(f"rank{r}.pid") for r in range(self.world_size))
 
     def take(self, message: dict):
+        if isinstance(message.get("fault"), dict):
+            self.faults.append(message["fault"])
         if "agent" in message and isinstance(message["agent"], int):
             code = message.get("code")
             self.agents[message["agent"]] = code if isinstance(code, int) else None
@@ -515,21 +694,17 @@ class JobWatch:
             ranks = [RankExit(r, watch.exits.get(r), sub.read_text(f"rank{r}.log"), sub.read_text(f"rank{r}.stack"),
                               watch.order.index(r) if r in watch.order else None) for r in range(self.world_size)]
             digests = {r: tail.digest.hexdigest() for r, tail in watch.tails.items() if not tail.overflow}
-            found.append(Attempt(k, sub.path, ranks, watch.events, digests, _duplicates(sub.path)))
+            found.append(Attempt(k, sub, ranks, watch.events, digests, _duplicates(sub)))
         return found
 
     def close(self):
-        for sub, watch in self.attempts:
+        """The tails closed; each attempt's folder stays open for what is read of it next (evidence.py)."""
+        for _, watch in self.attempts:
             for tail in watch.tails.values():
                 tail.close()
-            sub.close()
 
 
-def _duplicates(folder: Path) -> list[str]:
-    """The workers that found their RANK taken in this attempt (worker.py), by the names of their marks."""
-    try:
-        names = sorted(os.listdir(folder))[:10_000]
-    except OSError:
-        return []
-    found = [re.fullmatch(r"duplicate-rank(\d+)-agent(\d+)-\d+", name) for name in names]
+def _duplicates(folder: files.Folder) -> list[str]:
+    """The workers that found their RANK taken in this attempt (ranks/worker.py), by the names of their marks."""
+    found = [re.fullmatch(r"duplicate-rank(\d+)-agent(\d+)-\d+", name) for name in folder.names()]
     return [f"rank {m.group(1)}, agent {m.group(2)}" for m in found if m][:64]

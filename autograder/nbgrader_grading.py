@@ -14,8 +14,9 @@ nbgrader_config.py replaces nbgrader's Execute step with ``GradeInSandbox``:
   grades the submitted exercise cell of that id;
 - the cell's output becomes what a check cell shows in the notebook: the report, and the points
   earned as the cell's value, which nbgrader reads as partial credit;
-- one student's notebook is graded by one sandboxed rank host, as their own notebook's checks
-  are; the next student's gets a new one.
+- one student's notebook is graded by its own sandboxed rank hosts, as their own notebook's checks
+  are; the next student's gets new ones, which nothing the last one did can reach;
+- a failure of the grader itself costs only the check cell it happened in.
 
 Without a sandbox on the machine autograding stops with a message, unless the instructor
 allows it: ``c.GradeInSandbox.allow_without_sandbox = True`` in nbgrader_config.py.
@@ -45,23 +46,20 @@ class GradeInSandbox(Preprocessor):
         from autograder import engine
 
         cells = {magic_id(c.source): c.source for c in nb.cells if c.cell_type == "code" and magic_id(c.source)}
-        with tempfile.TemporaryDirectory(prefix="autograder-nbgrader-") as tmp:
-            self.folder = Path(tmp)
-            (self.folder / "host").mkdir()
+        with tempfile.TemporaryDirectory(prefix="autograder-nbgrader-") as tmp, engine.Hosts(self._mode()) as hosts:
+            self.folder, self.hosts = Path(tmp), hosts
             try:
-                self.kept = engine.live_host(None, self.folder / "host", self._mode(),
-                                             engine.hidden_from_ranks(self.folder))
+                hosts.get()  # whether the sandbox runs is known before any of this student's code does
             except engine.SandboxRequired as exc:
                 raise RuntimeError(f"{exc}. Install bubblewrap, or allow grading without it with "
                                    "c.GradeInSandbox.allow_without_sandbox = True in nbgrader_config.py") from None
-            try:
-                for cell in nb.cells:
-                    if cell.cell_type == "code":
-                        cell.outputs, cell.execution_count = [], None
-                    if cell.cell_type == "code" and _is_check_cell(cell):
-                        cell.outputs = [self.grade_cell(cell.source, cells)]
-            finally:
-                self.kept[0].close()
+            except Exception:
+                pass  # each check cell's grading starts a host again, and says what failed
+            for cell in nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs, cell.execution_count = [], None
+                if cell.cell_type == "code" and _is_check_cell(cell):
+                    cell.outputs = [self.grade_cell(cell.source, cells)]
         return nb, resources
 
     def _mode(self) -> str:
@@ -90,11 +88,13 @@ class GradeInSandbox(Preprocessor):
             return CheckOutcome(exercise_id, message=f"no exercise cell: none starts with `{MAGIC} {exercise_id}`")
         path = self.folder / f"exercise_{exercise_id.replace('.', '_')}.py"
         path.write_text(code)
-        self.kept = engine.live_host(self.kept, self.folder / "host", self._mode(), engine.hidden_from_ranks(self.folder))
         try:
-            report = engine.grade(exercise_id, path, world_sizes, seed=seed, host=self.kept[0], sandbox_note=self.kept[1])
+            report = engine.grade(exercise_id, path, world_sizes, seed=seed, hosts=self.hosts)
         except UsageError as exc:
             return CheckOutcome(exercise_id, message=str(exc))
+        except Exception as exc:  # the grader's own failure costs this cell, never the notebook's other cells
+            self.log.error("exercise %s: the grader failed: %s", exercise_id, exc)
+            return CheckOutcome(exercise_id, message=f"the grader failed ({type(exc).__name__}): {str(exc)[:300]}")
         self.log.info("exercise %s: %s/%s", exercise_id, report.score, report.max_score)
         return CheckOutcome(exercise_id, report)
 
@@ -110,8 +110,14 @@ def check_call(source: str) -> tuple[str, dict] | None:
     """The last ``check(ID, seed=..., world_sizes=...)`` in a check cell, with names bound to literals above it."""
     import ast
 
+    from autograder.source import parse
+
     names, found = {}, None
-    for node in ast.parse(source).body:
+    try:
+        body = parse(source).body
+    except SyntaxError:
+        return None
+    for node in body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             names[node.targets[0].id] = _value(node.value, names)
         elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)

@@ -17,6 +17,8 @@ the cell.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import re
 import shlex
 from dataclasses import dataclass
@@ -63,8 +65,10 @@ class Node:
 
 def written(code: str, machines: int) -> list[str]:
     """The commands in the cell, as written: a literal list of ``machines`` strings."""
+    from autograder.source import parse
+
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         raise CommandError("the cell does not parse; fix the syntax error first") from None
     found = None
@@ -109,10 +113,14 @@ def parse(index: int, command: str) -> Node:
     argv = words[launcher:]
     parser = get_args_parser()
     parser.exit_on_error = False
-    try:
-        args = parser.parse_args(argv)
+    said = io.StringIO()
+    try:  # what argparse prints (--help, an error) is the command's, never the grader's output
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            args = parser.parse_args(argv)
     except (Exception, SystemExit) as exc:  # argparse exits on some errors even when told not to
-        raise CommandError(f"torchrun cannot read machine {index}'s command: {exc}") from None
+        why = "it asks for torchrun's help, which runs nothing" if isinstance(exc, SystemExit) and not exc.code \
+            else str(exc) or " ".join(said.getvalue().split()[-40:])
+        raise CommandError(f"torchrun cannot read machine {index}'s command: {why}") from None
     for name, flag in _REFUSED.items():
         if getattr(args, name, False):
             raise CommandError(f"machine {index}'s command uses {flag}: run the script itself, `{SCRIPT}`")

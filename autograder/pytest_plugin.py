@@ -28,7 +28,7 @@ def exercise_ids(path: Path) -> list[str]:
         return []
     try:
         ids = [magic_id(source) for source in code_cells(text)]
-    except (ValueError, TypeError):  # not a notebook
+    except Exception:  # not a notebook, or one nobody could read: not ours to collect, nor to stop collection
         return []
     return list(dict.fromkeys(i for i in ids if i))
 

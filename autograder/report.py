@@ -102,8 +102,9 @@ class Report:
     def headline(self) -> str:
         sizes = ", ".join(map(str, self.world_sizes))
         verdict = "not implemented yet" if self.not_started else ("all checks passed" if self.all_passed else "some checks failed")
+        how = f"{self.backend}, world sizes {sizes}" if self.world_sizes else "read, not run"
         line = (f"Exercise {self.exercise} ({self.title}): {_num(self.score)}/{_num(self.max_score)} points, {verdict}"
-                f" [{self.backend}, world sizes {sizes}, {self.elapsed:.1f} s]")
+                f" [{how}, {self.elapsed:.1f} s]")
         on_gpu = [c for c in self.skipped if c.max_points]  # a check worth nothing costs nothing when skipped
         if on_gpu:
             line += (f"; {len(on_gpu)} check(s) skipped, which need one GPU per rank: the checks judged "
@@ -112,8 +113,8 @@ class Report:
 
     def sandbox_line(self) -> str:
         """Said only when the submission ran outside the sandbox."""
-        if not self.sandbox or self.sandbox == "bubblewrap":
-            return ""
+        if not self.sandbox.startswith("off"):
+            return self.sandbox.removeprefix("bubblewrap; ").capitalize() + "." if self.sandbox.startswith("bubblewrap;") else ""
         return f"Ran without the sandbox: {self.sandbox.removeprefix('off ').strip('()')}."
 
     def to_text(self) -> str:

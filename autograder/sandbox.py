@@ -5,16 +5,23 @@ What a submission's ranks get (see README, "What a submission can and cannot do"
 - a PID namespace of their own: nothing outside is visible, and nothing they start outlives
   the grading (the namespace dies with its first process);
 - a network namespace with only a loopback interface;
+- a file system that shows only what they need, read-only: the system's libraries and programs
+  (/usr and the links to it), a few files of /etc, the Python installation, and the two packages
+  the ranks import, ``ranks`` and ``ddpcourse`` (less any module the exercise must not see). The
+  grader's own package (its checks, answer keys and references), the course, the home and
+  temporary directories and everything else on the machine are simply not there;
+- two writable file systems in memory, capped in size: ``/work``, where the launches write, and
+  ``/tmp``; and ``/grading/code``, the grader's directory of the code to run, read-only;
 - a minimal /dev, plus the GPU device nodes the machine has (nccl ranks need them; gloo ranks
   are launched with CUDA_VISIBLE_DEVICES empty, so CUDA does not use them);
-- the whole filesystem read-only, with the home directories, the temporary directories, the
-  directory the grader was started from and the course repository hidden behind empty
-  ones; only the Python installation and the packages the ranks import are shown again,
-  read-only; one private work directory is writable;
 - an unprivileged user, no capabilities, no new privileges: when the grader runs as root, a
   user id of its own, unused by anyone else, so that the process limit of one submission (a
   fork bomb) cannot starve another graded at the same time;
-- limits per rank on memory, file size and processes (set by the rank host).
+- none of the grader's environment variables but those that say how to run;
+- limits on everything the submission runs, together (limits.py), and per rank (the rank host).
+
+The grader reads the work directory from outside through a descriptor of it (``/proc/<pid>/root/grading/work`` of the
+sandbox's first process, opened once the sandbox runs), and never by a path a rank could change.
 
 ``probe()`` tries the sandbox once per process and says why it cannot be used, if it cannot.
 """
@@ -22,6 +29,7 @@ What a submission's ranks get (see README, "What a submission can and cannot do"
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 import os
 import shutil
@@ -29,18 +37,21 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+WORK = "/grading/work"  # inside the sandbox: the launches' directories, a tmpfs
+CODE = "/grading/code"  # inside the sandbox: the code the ranks run, the grader's, read-only
 FIRST_UID = 1_000_000  # user ids given to sandboxes: one per rank host, from the grader's pid
 _hosts_started = itertools.count()
 # Not --unshare-all: as root that adds a user namespace in which root may not enter the sandbox user's directory.
 _NAMESPACES = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
-HIDDEN = ("/home", "/root", "/tmp", "/var/tmp", "/mnt", "/media", "/srv", "/run/user", "/dev/shm")
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime",
+        "alternatives", "host.conf")
 _KEPT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
          "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TERM"}
-_KEPT_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "NVPL_", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_",
-                  "AUTOGRADER_")
+_KEPT_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "NVPL_", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_")
 HOSTNAME = "sandbox"
-_HOSTS = f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
-_SYSTEM = {Path(p) for p in ("/", "/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin", "/opt", "/var", "/proc", "/dev", "/sys")}
+HOSTS = f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
+SHOWN_PACKAGES = ("ranks", "ddpcourse")  # what the ranks import; the grader's own package is not among them
 
 
 @dataclass
@@ -48,6 +59,7 @@ class Sandbox:
     bwrap: str
     drop_privileges: bool  # the grader runs as root: the ranks run as the user `uid`, with no privileges
     uid: int | None = None
+    no_nested_users: bool = False  # this bubblewrap can forbid user namespaces inside (--disable-userns)
 
     def fresh(self) -> "Sandbox":
         """The sandbox for one more rank host: as root, with a user id no other sandbox has."""
@@ -55,40 +67,115 @@ class Sandbox:
             return self
         return replace(self, uid=FIRST_UID + (os.getpid() % 4_000_000) * 64 + next(_hosts_started) % 64)
 
-    def wrap(self, command: list[str], writable: Path, hide: list[Path]) -> list[str]:
-        """``command`` run inside the sandbox, with ``writable`` the one writable directory."""
-        args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--new-session",
-                "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    def wrap(self, command: list[str], *, code: Path, hosts: Path, hidden: tuple[str, ...] = (),
+             work_mb: int = 1024, tmp_mb: int = 256, info_fd: int | None = None) -> list[str]:
+        """``command`` run inside the sandbox; ``code`` (the grader's) shown read-only at CODE, ``hosts`` as
+        /etc/hosts; the modules ``hidden`` left out of the packages shown."""
+        args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--new-session"]
+        if not self.drop_privileges:
+            args += ["--unshare-user", *(["--disable-userns"] if self.no_nested_users else [])]
+        options = shown(hidden)
+        for parent in _parents([o[-1] for o in options if "--symlink" not in o] + [WORK, CODE]):
+            args += ["--perms", "0755", "--dir", parent]  # else bubblewrap makes them 0700: root's alone
+        for option in options:
+            args += option
+        args += ["--proc", "/proc", "--dev", "/dev"]
         for node in gpu_device_nodes():
             args += ["--dev-bind", str(node), str(node)]
-        hidden = _hidden(hide)
-        for path in hidden:  # /tmp stays a usable temporary directory, empty and private
-            args += (["--perms", "01777"] if path == Path("/tmp") else []) + ["--tmpfs", str(path)]
+        args += ["--perms", "01777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
+        args += ["--size", str(work_mb << 20), "--tmpfs", WORK]  # root's; the grader makes what the ranks write in
+        args += ["--ro-bind", str(code), CODE, "--ro-bind", str(hosts), "/etc/hosts", "--hostname", HOSTNAME]
         args += ["--clearenv", *_kept_environment(), "--setenv", "TMPDIR", "/tmp", "--setenv", "HOME", "/tmp"]
         if self.drop_privileges:
             args += ["--setenv", "USER", "student", "--setenv", "LOGNAME", "student"]
-        shown = _shown()
-        for path in sorted({p for dest in [*shown, writable] for p in _parents_under(dest, hidden)},
-                           key=lambda p: len(p.parts)):
-            args += ["--perms", "0755", "--dir", str(path)]
-        for path in shown:
-            args += ["--ro-bind", str(path), str(path)]
-        hosts = writable / ".hosts"  # loopback names only: a lookup never waits on a network there is none of
-        hosts.write_text(_HOSTS)
-        args += ["--ro-bind", str(hosts), "/etc/hosts", "--hostname", HOSTNAME]
-        args += ["--bind", str(writable), str(writable), "--chdir", str(writable)]
+        args += ["--chdir", "/"]
+        if info_fd is not None:
+            args += ["--info-fd", str(info_fd)]
         if self.drop_privileges:
             args += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         else:
-            args[1:1] = ["--unshare-user"]
             args += ["--cap-drop", "ALL"]
         return args + command
 
-    def own(self, path: Path):
-        """Make a directory the grader created writable for the ranks."""
-        if self.drop_privileges:
-            os.chown(path, self.uid, self.uid)
+    def owner(self) -> int | None:
+        """Who must own what the grader makes for the ranks to write in: the sandbox's user, as root."""
+        return self.uid if self.drop_privileges else None
+
+
+def shown(hidden: tuple[str, ...] = ()) -> list[list[str]]:
+    """What the sandbox shows, as bubblewrap's options in order: the system and Python read-only; over
+    any of that, an empty directory where the course or the grader's package would show through; then
+    the packages the ranks import, less the files of the ``hidden`` modules."""
+    options = []
+    for path in _SYSTEM:
+        if os.path.islink(path):
+            options.append(["--symlink", os.readlink(path), path])
+        elif os.path.isdir(path):
+            options.append(["--ro-bind", path, path])
+    options += [["--ro-bind", f"/etc/{name}", f"/etc/{name}"] for name in _ETC if os.path.lexists(f"/etc/{name}")]
+    python = _python_paths()
+    options += [["--ro-bind", str(p), str(p)] for p in python]
+    bound = [Path(p) for p in _SYSTEM if not os.path.islink(p)] + python
+    for secret in concealed():
+        if any(secret == b or b in secret.parents for b in bound):
+            options.append(["--tmpfs", str(secret)])
+    for name in SHOWN_PACKAGES:
+        options += _package(package_dir(name), [h.split(".")[1:] for h in hidden if h.split(".")[0] == name])
+    return options
+
+
+def _parents(destinations: list[str]) -> list[str]:
+    """The directories above ``destinations`` that none of them is, nor lies in: bubblewrap makes them."""
+    places = [Path(d) for d in destinations]
+    found = {parent for place in places for parent in place.parents
+             if parent != Path("/") and not any(parent == p or p in parent.parents for p in places)}
+    return [str(p) for p in sorted(found, key=lambda p: len(p.parts))]
+
+
+def package_dir(name: str) -> Path:
+    """Where a top-level package lies, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    return Path(spec.submodule_search_locations[0]).resolve()
+
+
+def concealed() -> list[Path]:
+    """What must not show through a directory the sandbox shows: the course, and the grader's package."""
+    grader = package_dir("autograder")
+    return sorted({grader.parent, grader}, key=lambda p: len(p.parts))
+
+
+def _package(directory: Path, hidden: list[list[str]]) -> list[list[str]]:
+    """A package shown read-only; with modules hidden (their names inside it, as parts), file by file,
+    without theirs: neither source, bytecode, nor a subpackage of that name."""
+    if not hidden:
+        return [["--ro-bind", str(directory), str(directory)]]
+
+    def left_out(path: Path) -> bool:
+        for parts in hidden:
+            home = directory.joinpath(*parts[:-1])
+            if path.parent in (home, home / "__pycache__") and path.name.split(".")[0] == parts[-1]:
+                return True
+            if home / parts[-1] in path.parents:
+                return True
+        return False
+
+    files = [p for p in sorted(directory.rglob("*")) if p.is_file() and not p.is_symlink() and not left_out(p)]
+    folders = sorted({p.parent for p in files if p.parent != directory}, key=lambda p: len(p.parts))
+    return [["--perms", "0755", "--tmpfs", str(directory)], *(["--perms", "0755", "--dir", str(d)] for d in folders),
+            *(["--ro-bind", str(p), str(p)] for p in files)]
+
+
+def _python_paths() -> list[Path]:
+    """The interpreter, its standard library and the site-packages the ranks import from."""
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    paths = {*prefixes, Path(sys.executable).resolve().parent}
+    for entry in sys.path:
+        path = Path(entry).resolve() if entry else None
+        if path and path.is_dir() and any(path == p or p in path.parents for p in prefixes):
+            paths.add(path)
+    paths = {p for p in paths if p.exists() and not any(p == s or Path(s) in p.parents for s in _SYSTEM)}
+    return sorted((p for p in paths if not any(o in p.parents for o in paths)), key=lambda p: len(p.parts))
 
 
 def gpu_device_nodes(dev: Path = Path("/dev")) -> list[Path]:
@@ -104,45 +191,6 @@ def _kept_environment() -> list[str]:
         if name in _KEPT or name.startswith(_KEPT_PREFIXES):
             kept += ["--setenv", name, value]
     return kept
-
-
-def _hidden(extra: list[Path]) -> list[Path]:
-    home = Path(os.path.expanduser("~"))
-    paths = {Path(p) for p in HIDDEN} | {home} | {Path(p).resolve() for p in extra}
-    paths.add(Path(os.environ.get("TMPDIR", "/tmp")).resolve())
-    kept = [p for p in paths if p.is_dir() and p not in _SYSTEM and not p.is_symlink()]
-    return sorted(kept, key=lambda p: len(p.parts))
-
-
-def _shown() -> list[Path]:
-    """What the rank host must read: the interpreter, its libraries, the two packages it imports.
-
-    Nothing else on sys.path: `python -m` puts the working directory there, which may be the
-    course itself.
-    """
-    import importlib.util
-
-    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    packages = [Path(importlib.util.find_spec(name).origin).parent for name in ("autograder", "ddpcourse")]
-    paths = {*prefixes, Path(sys.executable).resolve().parent, *packages}
-    for entry in sys.path:
-        path = Path(entry).resolve() if entry else None
-        if path and path.is_dir() and any(path == p or p in path.parents for p in prefixes):
-            paths.add(path)
-    paths = {p.resolve() for p in paths if p.exists()}
-    setpriv = shutil.which("setpriv")
-    if setpriv:
-        paths.add(Path(setpriv).resolve().parent)
-    return sorted(paths, key=lambda p: len(p.parts))
-
-
-def _parents_under(dest: Path, hidden: list[Path]) -> list[Path]:
-    """The directories between a hidden (emptied) directory and ``dest``, which bwrap must create."""
-    found = []
-    for top in hidden:
-        if dest != top and top in dest.parents:
-            found += [p for p in dest.parents if top in p.parents]
-    return found
 
 
 @functools.cache
@@ -162,4 +210,13 @@ def probe() -> tuple[Sandbox | None, str]:
     root = os.geteuid() == 0
     if root and not shutil.which("setpriv"):
         return None, "setpriv (util-linux) is needed to run the ranks as an unprivileged user"
-    return Sandbox(bwrap, drop_privileges=root), ""
+    return Sandbox(bwrap, drop_privileges=root, no_nested_users=_offers(bwrap, "--disable-userns")), ""
+
+
+def _offers(bwrap: str, option: str) -> bool:
+    import subprocess
+
+    try:
+        return option in subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False

@@ -14,9 +14,10 @@ and answers each with one JSON line on stdout: ``{"report": {...}}``, or
 its rank host and has it import what the exercises need, before any check asks.
 
 The student's code never runs in this process. It keeps one rank host (launch.py) warm for
-this kernel, in the sandbox, and starts a new one whenever the last one was lost. That host
+this kernel, in the sandbox (two, once the one exercise that must not see a module of the
+course, 3.1, is checked), and starts a new one whenever the last one was lost. That host
 serves this student's checks only: another kernel, another student, has its own. DIR, made
-by the kernel, is the host's work directory; the kernel removes it when it stops the server. The
+by the kernel, holds the hosts' roots; the kernel removes it when it stops the server. The
 server ends with the kernel: a kernel killed before it could stop the server (SIGKILL, a crash)
 makes it end by itself, stopping its rank host and removing DIR and its log. A server also removes
 what servers killed before they could clean up left behind.
@@ -37,19 +38,20 @@ import traceback
 from pathlib import Path
 
 
-def serve(root: Path) -> int:
-    from autograder.host import PR_SET_PDEATHSIG, _prctl
+PR_SET_PDEATHSIG = 1
 
+
+def serve(root: Path) -> int:
     kernel = os.getppid()
     signal.signal(signal.SIGTERM, _end)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the kernel gone: unwind, stop the host, clean up
-    from autograder import engine
+    from autograder import engine, files
     from autograder.source import UsageError
 
     remove_stale_roots(root.parent)
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not break the protocol
-    kept = None  # this kernel's rank host and its sandbox note
+    hosts = engine.Hosts(engine.sandbox_mode(), parent=root)  # this kernel's rank hosts
     try:
         for line in sys.stdin:
             if not line.strip():
@@ -57,12 +59,10 @@ def serve(root: Path) -> int:
             try:
                 request = json.loads(line)
                 if "warm_up" in request:
-                    kept = _warm_up(kept, root, Path(request["warm_up"]))
+                    _warm_up(hosts)
                     continue
-                kept = engine.live_host(kept, root, engine.sandbox_mode(),
-                                        engine.hidden_from_ranks(Path(request["path"])))
                 report = engine.grade(request["exercise"], request["path"], request.get("world_sizes"),
-                                      seed=request.get("seed", 0), host=kept[0], sandbox_note=kept[1])
+                                      seed=request.get("seed", 0), hosts=hosts)
                 answer = {"report": report.to_dict()}
             except UsageError as exc:
                 answer = {"usage_error": str(exc)}
@@ -74,19 +74,25 @@ def serve(root: Path) -> int:
         # A kernel's death can signal twice (the thread that started us, then the process): the
         # second must not cut the clean-up short.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if kept is not None:
-            kept[0].close()
+        hosts.close()
         if _gone(kernel):  # nobody else will clean up after it
             for path in root.parent.glob(f"{kernel_prefix(kernel)}*"):  # this work directory and its log,
-                engine.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)  # the cell's file
+                files.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)  # the cell's file
     return 0
+
+
+def _prctl(option: int, value: int):
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value, 0, 0, 0)
+    except OSError:
+        pass  # not Linux: the kernel's own clean-up still stops this server
 
 
 def _gone(kernel: int, wait: float = 5.0) -> bool:
     """Whether the kernel has died. Its end of stdin closes, and its death signal comes, while it is
     still dying: give it a moment to be gone."""
-    from autograder.host import _alive
-
     deadline = time.monotonic() + wait
     while True:
         if os.getppid() != kernel or not _alive(kernel):
@@ -96,18 +102,26 @@ def _gone(kernel: int, wait: float = 5.0) -> bool:
         time.sleep(0.05)
 
 
-def _warm_up(kept, root: Path, cwd: Path):
+def _warm_up(hosts):
     """This kernel's rank host, started with what the exercises import (DDP's torch._dynamo, FSDP, ...);
     and here, while it starts, every exercise's module (and so torch)."""
-    from autograder import engine, exercises
+    from autograder import exercises
 
     try:
-        kept = engine.live_host(kept, root, engine.sandbox_mode(), engine.hidden_from_ranks(cwd / "notebook"))
-        kept[0].prepare(("torch._dynamo",))  # what most need, first
-        kept[0].prepare(exercises.warm_imports(exercises.ids()))
+        host = hosts.get()
+        host.prepare(("torch._dynamo",))  # what most need, first
+        host.prepare(exercises.warm_imports(exercises.ids()))  # every exercise's module imported here too
     except Exception:  # the first check starts a host again, and reports what fails
         traceback.print_exc()
-    return kept
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 def _end(signum, frame):
@@ -135,7 +149,7 @@ def new_root() -> Path:
 
 def remove_stale_roots(parent: Path):
     """Work directories of kernels that are gone (killed before they could clean up)."""
-    from autograder.engine import remove_tree
+    from autograder.files import remove_tree
 
     for path in parent.glob(f"{ROOT_PREFIX}*"):
         try:
@@ -190,7 +204,7 @@ class WarmGrader:
             self.proc.wait()
             self.proc = None
         if self.root is not None:
-            from autograder.engine import remove_tree
+            from autograder.files import remove_tree
 
             remove_tree(self.root)
             self.log.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 MAGIC = "%%exercise"
-STUDENT_MODULE = "student.py"  # where write_module() writes the code; tracebacks call it "exercise cell"
+STUDENT_MODULE = "student.py"  # where write_module() writes the code; reports call it "exercise cell"
 
 
 class UsageError(Exception):
@@ -27,7 +27,10 @@ def magic_id(cell_source: str) -> str | None:
 
 def code_cells(text: str) -> list[str]:
     """The sources of a notebook's code cells, read as the JSON it is (nbformat's schema checks cost seconds)."""
-    nb = json.loads(text)
+    try:
+        nb = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a notebook") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError("no list of cells")
     sources = []
@@ -112,28 +115,40 @@ def read_exercise(path: Path, exercise_id: str) -> str:
 
 
 def write_module(code: str, dest: Path, name: str = STUDENT_MODULE) -> Path:
-    """Write the exercise's code to ``dest/name`` (readable by the ranks) and return that path."""
+    """Write the exercise's code to ``dest/name`` (the grader's directory, which the ranks read) and return that path."""
     target = dest / name
     target.write_text(code)
     target.chmod(0o644)
     return target
 
 
+def parse(code: str, filename: str = "exercise cell") -> ast.Module:
+    """The code's syntax tree; a SyntaxError for any code Python's parser cannot take, however it fails
+    (nesting too deep for the parser, a null byte, no memory left)."""
+    try:
+        return ast.parse(code, filename=filename)
+    except SyntaxError:
+        raise
+    except (RecursionError, MemoryError, ValueError) as exc:
+        error = SyntaxError("the code is nested too deeply, or too large, for Python to read"
+                            if not isinstance(exc, ValueError) else str(exc))
+        raise error from None
+
+
 def as_handed_out(code: str) -> bool:
     """The cell holds nothing but ``raise NotImplementedError()``: the student has not begun."""
     try:
-        body = ast.parse(code).body
+        body = parse(code).body
     except SyntaxError:
         return False
     return (len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None
             and "NotImplementedError" in ast.unparse(body[0].exc))
 
 
-def compile_problem(path: Path, entry: str | None) -> str | None:
+def compile_problem(code: str, entry: str | None) -> str | None:
     """Why the code cannot run at all (a syntax error, a missing function), or None."""
-    code = path.read_text()
     try:
-        tree = ast.parse(code, filename="exercise cell")
+        tree = parse(code)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" if exc.lineno else "somewhere"
         shown = f"\n    {exc.text.rstrip()}" if exc.text else ""

@@ -24,7 +24,7 @@ from grading_time import ROOT, TORCHRUN as SOLUTIONS  # a correct solution of ea
 
 def workers_alive() -> list[str]:
     out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "autograder.worker" in line or "autograder.host" in line]
+    return [line for line in out.splitlines() if "ranks.worker" in line or "ranks.host" in line]
 
 
 def main():

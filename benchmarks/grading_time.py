@@ -56,21 +56,18 @@ def main():
     row("+ torch._dynamo, which DDP's constructor imports", dynamo)
 
     print("\nLaunching ranks (one warm rank host)")
-    from autograder.engine import start_host
+    from autograder.engine import Hosts
     from autograder.launch import Layout
 
-    with tempfile.TemporaryDirectory() as tmp:
-        host, note = start_host(Path(tmp), "auto", [])
-        try:
-            script = Path(tmp) / "noop.py"
-            script.write_text("pass\n")
-            script.chmod(0o644)
-            for size in (1, 2, 3):
-                seconds = median(lambda: host.launch({"kind": "script", "student": str(script)}, Layout(size),
-                                                     Path(tmp) / f"w{size}").elapsed, repeat)
-                row(f"fork {size} rank(s), rendezvous store, reap ({note})", seconds)
-        finally:
-            host.close()
+    with tempfile.TemporaryDirectory() as tmp, Hosts("auto") as hosts:
+        host = hosts.get()
+        note = hosts.note(host)
+        code, inside = host.code_directory()
+        (code / "noop.py").write_text("pass\n")
+        for size in (1, 2, 3):
+            seconds = median(lambda: host.launch({"kind": "script", "student": str(inside / "noop.py")}, Layout(size),
+                                                 host.directory(None, f"w{size}")).elapsed, repeat)
+            row(f"fork {size} rank(s), rendezvous store, reap ({note})", seconds)
         script = Path(tmp) / "group.py"
         script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.destroy_process_group()\n")
         seconds = timed([py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -132,27 +129,24 @@ TORCHRUN = {"4.1": "ex4_1/correct_argparse.py", "4.2": "ex4_2/correct_epoch_snap
 def torchrun_jobs(repeat: int):
     from autograder import engine, exercises, jobs
 
-    with tempfile.TemporaryDirectory() as tmp:
-        host, _ = engine.start_host(Path(tmp), "auto", [])
+    with engine.Hosts("auto") as hosts:
+        host = hosts.get()
         host.prepare(jobs.WARM_IMPORTS)  # as a warm grader's host has done before the first check
         host.wait_ready()  # the host's own start (it imports torch once) is not any exercise's
         for ex in TORCHRUN:  # nor is the grader's import of torch: a warm grader has it, the command line
             exercises.get(ex)  # pays it once per process, as the floor above
-        try:
-            for ex, name in TORCHRUN.items():
-                totals, launches = [], []
-                for _ in range(repeat):
-                    lines = []
-                    start = time.perf_counter()
-                    engine.grade(ex, ROOT / "tests" / "submissions" / name, host=host, progress=lines.append)
-                    totals.append(time.perf_counter() - start)
-                    launches.append(sum(float(line.rsplit(" in ", 1)[1].split()[0]) for line in lines if line.endswith(" s")))
-                total, jobs = statistics.median(totals), statistics.median(launches)
-                row(f"{ex}: grading, all its jobs", total)
-                row(f"{ex}: of which the torchrun jobs themselves", jobs)
-                row(f"{ex}: the grader's own time (target: at most 1 s)", total - jobs)
-        finally:
-            host.close()
+        for ex, name in TORCHRUN.items():
+            totals, launches = [], []
+            for _ in range(repeat):
+                lines = []
+                start = time.perf_counter()
+                engine.grade(ex, ROOT / "tests" / "submissions" / name, hosts=hosts, progress=lines.append)
+                totals.append(time.perf_counter() - start)
+                launches.append(sum(float(line.rsplit(" in ", 1)[1].split()[0]) for line in lines if line.endswith(" s")))
+            total, jobs = statistics.median(totals), statistics.median(launches)
+            row(f"{ex}: grading, all its jobs", total)
+            row(f"{ex}: of which the torchrun jobs themselves", jobs)
+            row(f"{ex}: the grader's own time (target: at most 1 s)", total - jobs)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,75 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """A temporary directory of this test's own, for the grader and everything it starts: what the test
+    finds left in it is its own, whatever else grades on this machine meanwhile."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+@pytest.fixture
+def clean(private_tmp, no_leftover_processes):
+    """Nothing of a grading may be left running, nor in its temporary directory."""
+    yield private_tmp
+    left = sorted(p.name for p in private_tmp.iterdir())
+    assert not left, f"left in the temporary directory: {left}"
+
+
+class Sentinel:
+    """A file and a directory outside everything a grading may touch, as a gradebook and its folder are."""
+
+    def __init__(self, where: Path):
+        self.dir = where / "sentinel-dir"
+        self.dir.mkdir()
+        (self.dir / "inside.txt").write_text("other students' work")
+        self.file = where / "gradebook.db"
+        self.file.write_bytes(b"SQLite format 3\0 every student's grades")
+        self.seen = self.state()
+
+    def state(self) -> dict:
+        import hashlib
+
+        found = {}
+        for path in (self.file, self.dir, *sorted(self.dir.rglob("*"))):
+            info = path.lstat()
+            found[str(path)] = (info.st_uid, info.st_gid, oct(info.st_mode), info.st_size, info.st_mtime_ns,
+                                hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "")
+        return found
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    """After the test, the sentinel file and directory are byte for byte, owner for owner, as they were."""
+    guard = Sentinel(tmp_path)
+    yield guard
+    assert guard.state() == guard.seen, "something outside the sandbox was changed"
+
+
+@pytest.fixture
+def host(no_leftover_processes):
+    """A rank host for the test, in the sandbox where this machine has one."""
+    from autograder.engine import Hosts
+
+    with Hosts("auto") as hosts:
+        yield hosts.get()
+
+
+def code_for(host, name: str, code: str):
+    """``code`` written where the host's ranks read their code, as ``name``.py: its path as the ranks see it."""
+    import textwrap
+
+    outside, inside = host.code_directory()
+    (outside / f"{name}.py").write_text(textwrap.dedent(code))
+    return inside / f"{name}.py"
+
+
 def python() -> str:
     return sys.executable
 

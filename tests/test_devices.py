@@ -53,12 +53,13 @@ def test_the_sandbox_shows_the_ranks_every_nvidia_device_node_and_no_other(tmp_p
     assert [n.name for n in nodes] == ["nvidia-caps", "nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl"]
 
     monkeypatch.setattr(sandbox, "gpu_device_nodes", lambda: nodes)
-    args = sandbox.Sandbox("bwrap", drop_privileges=False).wrap(["true"], tmp_path, [])
+    args = sandbox.Sandbox("bwrap", drop_privileges=False).wrap(["true"], code=tmp_path, hosts=tmp_path / "hosts")
     bound = [args[i + 1] for i, a in enumerate(args) if a == "--dev-bind"]
     assert bound == [str(n) for n in nodes]
     assert args.index("--dev") < args.index("--dev-bind")  # bound into the fresh /dev, not hidden by it
     monkeypatch.setattr(sandbox, "gpu_device_nodes", lambda: [])
-    assert "--dev-bind" not in sandbox.Sandbox("bwrap", drop_privileges=False).wrap(["true"], tmp_path, [])
+    assert "--dev-bind" not in sandbox.Sandbox("bwrap", drop_privileges=False).wrap(["true"], code=tmp_path,
+                                                                                    hosts=tmp_path / "hosts")
 
 
 def test_nccl_is_refused_with_fewer_gpus_than_ranks_saying_what_to_do(monkeypatch):
@@ -89,29 +90,24 @@ def test_nodes_simulated_on_one_machine_with_nccl_each_get_gpus_of_their_own():
 def test_forked_ranks_of_simulated_nodes_with_nccl_each_see_their_nodes_gpus():
     from autograder.launch import Layout, torchrun_environment
 
-    seen = [torchrun_environment(Layout(4, nodes=2), rank, 29500, use_gpus=True) for rank in range(4)]
+    seen = [torchrun_environment(Layout(4, nodes=2), rank, use_gpus=True) for rank in range(4)]
     assert [(e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in seen] == [
         ("0", "0,1"), ("1", "0,1"), ("0", "2,3"), ("1", "2,3")]
-    assert "CUDA_VISIBLE_DEVICES" not in torchrun_environment(Layout(2), 0, 29500, use_gpus=True)
-    assert torchrun_environment(Layout(4, nodes=2), 0, 29500, use_gpus=False)["CUDA_VISIBLE_DEVICES"] == ""
+    assert "CUDA_VISIBLE_DEVICES" not in torchrun_environment(Layout(2), 0, use_gpus=True)
+    assert torchrun_environment(Layout(4, nodes=2), 0, use_gpus=False)["CUDA_VISIBLE_DEVICES"] == ""
 
 
 def test_every_function_exercise_either_puts_its_work_on_the_ranks_gpus_or_is_graded_on_cpus():
-    import inspect
-
     from autograder import exercises
+    from autograder.sandbox import package_dir
 
     for exercise_id in exercises.ids():
         exercise = exercises.get(exercise_id)
         if exercise.kind == "function" and not exercise.on_cpu:
             # its harness places the work on the rank's GPU, or the student's code does and a GPU-only check sees it
-            source = inspect.getsource(inspect.getmodule(exercise.harness))
+            source = (package_dir("ranks") / "exercises" / f"{exercises.MODULES[exercise_id]}.py").read_text()
             assert "device_for(" in source or any(c.gpu_only for c in exercise.checks), \
                 f"{exercise_id}: nccl would be handed CPU tensors; mark it on_cpu"
-
-
-class _Chosen(Exception):
-    pass
 
 
 @pytest.mark.parametrize("exercise_id, submission, backend", [
@@ -120,13 +116,16 @@ def test_with_a_gpu_per_rank_only_exercises_on_gpu_tensors_get_nccl(exercise_id,
     from autograder import engine
     from conftest import SUBMISSIONS
 
-    def chosen(exercise, host, student, root, sizes, backend, *args, **kwargs):
-        raise _Chosen(backend)
+    chosen = []
+
+    def grade(exercise, host, student, grading, sizes, backend, *args, **kwargs):
+        chosen.append(backend)
+        return engine._failed(exercise.id, sizes, "", "not launched")
 
     monkeypatch.setattr(engine, "gpu_count", lambda: 8)
-    monkeypatch.setattr(engine, "_grade", chosen)
-    with pytest.raises(_Chosen, match=f"^{backend}$"):
-        engine.grade(exercise_id, SUBMISSIONS / submission, [1, 2])
+    monkeypatch.setattr(engine, "_grade", grade)
+    engine.grade(exercise_id, SUBMISSIONS / submission, [1, 2])
+    assert chosen == [backend]
 
 
 def _graded(*checks, problem=""):

@@ -1,4 +1,4 @@
-"""The fork server of torchrun jobs (autograder/forkserver.py): to the agent, the stand-in it started
+"""The fork server of torchrun jobs (ranks/forkserver.py): to the agent, the stand-in it started
 must look like the worker itself, in how it ends, the signals it takes and what it runs with."""
 
 import json
@@ -18,7 +18,7 @@ from conftest import alive
 SERVER = """
 import json, os, random, signal, sys, time
 import torch
-from autograder import forkserver
+from ranks import forkserver
 
 torch.rand(3), random.random()
 
@@ -41,7 +41,7 @@ def become(request):
 
 forkserver.serve(forkserver.listen(sys.argv[1]), become)
 """
-STAND_IN = ("import sys; from autograder.forkserver import stand_in; "
+STAND_IN = ("import sys; from ranks.forkserver import stand_in; "
             "stand_in(sys.argv[1], sys.argv[2:]); sys.exit(99)")  # 99: the server could not be reached
 
 

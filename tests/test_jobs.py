@@ -6,28 +6,17 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
 from autograder import diagnosis, evidence, jobs
-from autograder.engine import start_host
-from conftest import ROOT, alive, descendants
-
-
-@pytest.fixture
-def host(tmp_path, no_leftover_processes):
-    running, _ = start_host(tmp_path, "auto", hide=[])
-    yield running
-    running.close()
+from conftest import ROOT, alive, code_for, descendants
 
 
 def run_job(host, tmp_path, code: str, job: jobs.Job, timeout: float = 60.0):
-    script = tmp_path / f"{job.name.split(',')[0]}.py"
-    script.write_text(textwrap.dedent(code))
-    script.chmod(0o644)
-    result = host.job(job.request(str(script), "gloo"), job.layout, tmp_path / "job", timeout=timeout,
+    script = code_for(host, job.name.split(",")[0], code)
+    result = host.job(job.request(str(script), "gloo"), job.layout, host.directory(None, "job"), timeout=timeout,
                       meet_within=job.meet_within)
     return evidence.load(result, job)
 
@@ -107,7 +96,7 @@ def test_a_killed_worker_is_restarted_and_every_attempt_is_kept(host, tmp_path):
     assert world.complete, world.agent_output
     first, second = world.attempts
     assert first[0].exitcode is None and not first[0].finished  # SIGKILL: no exit of its own
-    assert [e["when"] for e in first[0].of("fault")] == ["step"] and len(first[0].of("optimizer_step")) == 3
+    assert world.faults == [{**fault, "path": None}] and len(first[0].of("optimizer_step")) == 3
     assert len(second[0].of("optimizer_step")) == 5
     assert second[0].first("worker")["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
 
@@ -142,7 +131,7 @@ def test_a_grader_killed_mid_job_leaves_no_agent_and_no_worker(sandbox, tmp_path
         while time.monotonic() < deadline and len(workers) < 2:  # both workers of the first job are running
             time.sleep(0.1)
             tree = descendants(grader.pid)
-            workers = [pid for pid in tree if "autograder.worker" in _command(pid)]
+            workers = [pid for pid in tree if "ranks.worker" in _command(pid)]
         assert len(workers) >= 2, "the job's workers never started"
         tree = descendants(grader.pid)
         os.kill(grader.pid, signal.SIGKILL)

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
-
-import pytest
 
 from autograder import diagnosis, evidence
-from autograder.engine import start_host
 from autograder.launch import Layout
-
-
-@pytest.fixture
-def host(tmp_path, no_leftover_processes):
-    """A rank host for the test, in the sandbox where this machine has one."""
-    running, _ = start_host(tmp_path, "auto", hide=[])
-    yield running
-    running.close()
+from conftest import code_for
 
 
 def run(host, tmp_path, name: str, code: str, layout: Layout, **kwargs):
-    script = tmp_path / f"{name}.py"
-    script.write_text(textwrap.dedent(code))
-    script.chmod(0o644)
-    return host.launch({"kind": "script", "student": str(script)}, layout, tmp_path / name, **kwargs)
+    script = code_for(host, name, code)
+    return host.launch({"kind": "script", "student": str(script)}, layout, host.directory(None, name), **kwargs)
 
 
 ENVIRONMENT = """

@@ -197,7 +197,7 @@ def test_loading_the_extension_readies_the_grader_before_any_check(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             running = [command_line(pid) for pid in descendants(kernel.provisioner.pid)]
-            if any(b"autograder\0serve" in c for c in running) and any(b"autograder.host" in c for c in running):
+            if any(b"autograder\0serve" in c for c in running) and any(b"ranks.host" in c for c in running):
                 return  # the kernel's grader, and its rank host
             time.sleep(0.2)
         pytest.fail("no grader and rank host were started for the kernel")
@@ -239,10 +239,9 @@ def errors_shown(client, msg_id: str) -> list[str]:
 
 def check_in_flight(tmp_path):
     """A kernel in the middle of a check whose ranks sleep: (kernel, client, the check's request id,
-    the grading's processes, the temporary directory's autograder entries before)."""
+    the grading's processes). The kernel and its grader use the test's own temporary directory."""
     from jupyter_client.manager import start_new_kernel
 
-    before = set(Path(tempfile.gettempdir()).glob("autograder-*"))
     kernel, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
 
     def run(code: str) -> dict:
@@ -258,38 +257,38 @@ def check_in_flight(tmp_path):
     while not descendants(os.getpid()) - ready and time.monotonic() < deadline:  # the ranks
         time.sleep(0.2)
     assert descendants(os.getpid()) - ready, "the check never started its ranks"
-    return kernel, client, checking, descendants(os.getpid()) - {kernel.provisioner.pid}, before
+    return kernel, client, checking, descendants(os.getpid()) - {kernel.provisioner.pid}
 
 
-def nothing_left(grading: set[int], before: set[Path]):
+def nothing_left(grading: set[int], tmp: Path):
     deadline = time.monotonic() + 15
     while alive(grading) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert alive(grading) == set(), "the grader or its ranks outlived the check"
     deadline = time.monotonic() + 5
-    while set(Path(tempfile.gettempdir()).glob("autograder-*")) - before and time.monotonic() < deadline:
+    while list(tmp.glob("autograder-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = set(Path(tempfile.gettempdir()).glob("autograder-*")) - before
+    left = list(tmp.glob("autograder-*"))
     assert not left, left  # no code, traces or log of this kernel
 
 
-def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path):
-    kernel, client, checking, grading, before = check_in_flight(tmp_path)
+def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path, private_tmp):
+    kernel, client, checking, grading = check_in_flight(tmp_path)
     try:
         kernel.interrupt_kernel()
         client.get_shell_msg(timeout=60)  # its status can read "ok" even so: the cell's output is what counts
         assert "KeyboardInterrupt" in errors_shown(client, checking)
-        nothing_left(grading, before)
+        nothing_left(grading, private_tmp)
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)
 
 
-def test_a_kernel_killed_mid_check_leaves_neither_grader_nor_the_cells_file(tmp_path):
-    kernel, client, _, grading, before = check_in_flight(tmp_path)
+def test_a_kernel_killed_mid_check_leaves_neither_grader_nor_the_cells_file(tmp_path, private_tmp):
+    kernel, client, _, grading = check_in_flight(tmp_path)
     try:
         os.kill(kernel.provisioner.pid, signal.SIGKILL)  # as the kernel's death by memory, or a crash
-        nothing_left(grading, before)
+        nothing_left(grading, private_tmp)
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)

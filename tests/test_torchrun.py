@@ -14,7 +14,7 @@ from ddpcourse import TinyNet
 
 # PyTorch 2.13's gloo teardown can abort a rank after its work is done ("terminate called without an
 # active exception", SIGABRT) when the DDP model is freed after destroy_process_group, as it is when
-# main() returns. The grader's own launcher avoids the race (trace.py); real torchrun does not, so
+# main() returns. The grader's own launcher avoids the race (ranks/trace.py); real torchrun does not, so
 # a run that fails with exactly that abort is tried again, at most twice.
 TEARDOWN_ABORT = "terminate called without an active exception"
 

@@ -1,6 +1,8 @@
-"""The graded exercises: one file each, holding its rank-side harness and its checks.
+"""The graded exercises: one file each, holding its checks and what they compare with.
 
-To see what an exercise verifies, open its file and read ``EXERCISE.checks``.
+To see what an exercise verifies, open its file and read ``EXERCISE.checks``. What the ranks run
+for it, its harness, is ``ranks/exercises/`` under the same file name, inside the sandbox; what the
+two share, the exercise's inputs, is ``ddpcourse/given/``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ if TYPE_CHECKING:  # `python -m autograder list` must not wait for torch
 class Exercise:
     id: str
     title: str
-    kind: str  # "function": the module is imported in every rank and the harness uses `entry`;
-    # "script": run as torchrun would
+    kind: str  # "function": the module is imported in every rank and its harness (ranks/exercises/)
+    # calls `entry`; "script": run as torchrun would; "answers": a concept check, read, never run (quiz.py)
     checks: list[Check]
     entry: str | None = None  # the name the student's cell must define (a function, or ANSWERS)
-    harness: Callable | None = None  # function exercises: runs in each rank, calls the student's `entry`
-    params: Callable[[int], dict] = lambda seed: {}  # what the ranks are given (data seeds), by seed
+    params: Callable[[int], dict] = lambda seed: {}  # what the harness is given (data seeds), by seed
     # What the checks compare with (expected results), by seed: computed by the grader after the
     # ranks have ended, never handed to them.
     expected: Callable[[int], dict] = lambda seed: {}
@@ -45,7 +46,6 @@ class Exercise:
     # Imported by the grader before ranks fork, so each rank need not import them again.
     # DDP's constructor imports torch._dynamo (about 2 s): every exercise that builds DDP lists it.
     warm_imports: tuple[str, ...] = ()
-    hidden: tuple[str, ...] = ()  # modules the ranks cannot import: the course's own answer to the exercise
     # The part of the run the report draws, rank by rank: a pair of harness markers (the last
     # window between them), or None for the whole run after the ranks joined.
     timeline_between: tuple[str, str] | None = None
@@ -90,8 +90,25 @@ class Exercise:
 MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2", "4.3": "ex4_3", "4.4": "ex4_4"}
 
 
+# Concept checks: read from the cell's text, never run (quiz.py), so no rank host is needed for them.
+CONCEPT_CHECKS = ("1.0", "2.0", "3.0", "4.0")
+# Modules the ranks of an exercise cannot import, the course's own answer to it: the sandbox of the rank
+# host that grades it shows no file of theirs (sandbox.py). Known before the exercise's module is imported,
+# so that its host starts while the grader imports torch.
+HIDDEN = {"3.1": ("ddpcourse.syncbn",)}
+
+
 def ids() -> list[str]:
     return list(MODULES)
+
+
+def kind(exercise_id: str) -> str:
+    """"answers" for a concept check; else what the exercise's module says, once imported."""
+    return "answers" if exercise_id in CONCEPT_CHECKS else get(exercise_id).kind
+
+
+def hidden(exercise_id: str) -> tuple[str, ...]:
+    return HIDDEN.get(exercise_id, ())
 
 
 def warm_imports(exercise_ids) -> set[str]:
@@ -104,4 +121,6 @@ def get(exercise_id: str) -> Exercise | None:
     """The exercise, importing only its own module."""
     if exercise_id not in MODULES:
         return None
-    return importlib.import_module(f"autograder.exercises.{MODULES[exercise_id]}").EXERCISE
+    exercise = importlib.import_module(f"autograder.exercises.{MODULES[exercise_id]}").EXERCISE
+    assert (exercise.kind == "answers") == (exercise_id in CONCEPT_CHECKS), exercise_id
+    return exercise

@@ -10,76 +10,14 @@ as wrong gradients.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
 from autograder.checks import Check, every_rank_calls_the_same_collectives
 from autograder.exercises import Exercise
-from autograder.reference import gradients_at, parameter_blocks
-from autograder.rig import join_group, raised
-from ddpcourse import make_model, toy_dataset
+from autograder.reference import flat, gradients_at, parameter_blocks
+from ddpcourse import make_model
+from ddpcourse.given.ex1_1 import STEPS, shard, start_seed
 
-BATCH, STEPS, LR = 12, 3, 0.2  # a global batch of 12 splits evenly over 1, 2 or 3 ranks
 TOL = dict(rtol=1e-4, atol=1e-6)
-
-
-def start_seed(seed: int, rank: int) -> int:
-    return 1000 * (seed + 1) + rank  # a different initial model on every rank
-
-
-def shard(seed: int, step: int, world_size: int, rank: int):
-    x, y = toy_dataset(n=BATCH * STEPS, seed=seed).tensors
-    batch = slice(step * BATCH, (step + 1) * BATCH)
-    return x[batch][rank::world_size], y[batch][rank::world_size]
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().flatten() for t in tensors])
-
-
-def _flat_grads(model) -> torch.Tensor:
-    return _flat(p.grad if p.grad is not None else torch.full_like(p, float("nan")) for p in model.parameters())
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    join_group()
-    model = make_model(start_seed(seed, rank))
-    student.broadcast_parameters(model)
-    rec.keep("after broadcast_parameters", _flat(model.parameters()))
-    for step in range(STEPS):
-        x, y = shard(seed, step, layout.world_size, rank)
-        model.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        student.average_gradients(model)
-        rec.keep(f"gradients at step {step}", _flat_grads(model))
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.grad is not None:
-                    p -= LR * p.grad
-        rec.keep(f"parameters after step {step}", _flat(model.parameters()))
-    frozen = _with_a_frozen_parameter(student, model, *shard(seed, 0, layout.world_size, rank))
-    dist.barrier()  # leave together: see rig.join_group
-    dist.destroy_process_group()
-    return {"frozen": frozen}
-
-
-def _with_a_frozen_parameter(student, model, x, y) -> str | None:
-    """What went wrong when one parameter has no gradient (it is frozen), or None.
-
-    Frozen the same way on every rank, so every rank fails at the same point if it fails at all,
-    and the collectives stay matched for the rest of the run.
-    """
-    frozen = model.net[0].bias
-    frozen.requires_grad_(False)
-    model.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
-    try:
-        student.average_gradients(model)
-    except Exception as exc:
-        return f"raised {raised(exc)}"
-    if frozen.grad is not None and torch.count_nonzero(frozen.grad):
-        return "gave the frozen parameter (net.0.bias) a gradient that is not zero"
-    return None
 
 
 def _whose(values: torch.Tensor, starts: list[torch.Tensor]) -> int | None:
@@ -124,7 +62,7 @@ def _same_weights_as_rank_0(runs):
 
 
 def _initial(runs, rank: int) -> torch.Tensor:
-    return _flat(make_model(start_seed(runs.params["seed"], rank)).parameters()).double()
+    return flat(make_model(start_seed(runs.params["seed"], rank)))
 
 
 def _gradients_averaged(runs):
@@ -182,7 +120,6 @@ EXERCISE = Exercise(
     title="data parallelism by hand",
     kind="function", on_cpu=True,
     entry="average_gradients",
-    harness=harness,
     params=lambda seed: {"seed": seed},
     work=_work,
     checks=[

@@ -9,82 +9,14 @@ output, the same on every rank, so every rank holds the whole dL/dY, as in a tra
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from autograder.checks import Check, first_records, scale_of
 from autograder.exercises import Exercise
-from autograder.rig import join_group, keep_parts, raised
+from ddpcourse.given.ex1_4 import D, HIDDEN, ROWS, columns, inputs, weights
 
-D, HIDDEN, ROWS = 8, 24, 5  # HIDDEN splits evenly over 1 to 4 ranks
 TOL = dict(rtol=1e-4, atol=1e-6)
 TERMS = ("output", "input's gradient", "first shard's gradient", "second shard's gradient")
-
-
-def weights(seed: int, purpose: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(3000 + 10 * seed + purpose)
-    return torch.randn(D, HIDDEN, generator=g) / D ** 0.5, torch.randn(HIDDEN, D, generator=g) / HIDDEN ** 0.5
-
-
-def inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The input x, the same on every rank, and the weighting of the output that makes the loss."""
-    g = torch.Generator().manual_seed(4000 + seed)
-    return torch.randn(ROWS, D, generator=g), torch.randn(ROWS, D, generator=g)
-
-
-def columns(rank: int, world_size: int) -> slice:
-    """The grader's own split: consecutive columns of A (rows of B)."""
-    per = HIDDEN // world_size
-    return slice(rank * per, (rank + 1) * per)
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    join_group()
-    w = layout.world_size
-    rec.event("shards", **_shards_held(student, *weights(seed, 0), rank, w))
-    a, b = (t.clone().requires_grad_() for t in _grader_shards(seed, rank, w))
-    x, weighting = inputs(seed)
-    x.requires_grad_()
-    rec.event("forward")
-    y = student.tensor_parallel_mlp(x, a, b)
-    rec.event("backward")
-    ok = isinstance(y, torch.Tensor) and tuple(y.shape) == (ROWS, D)
-    if ok and y.requires_grad:
-        (y * weighting).sum().backward()
-    rec.event("backward_done")
-    keep_parts(rec, "output and gradients", zip((y if ok else None, x.grad, a.grad, b.grad), (weighting, x, a, b)))
-    dist.barrier()  # leave together: see rig.join_group
-    dist.destroy_process_group()
-    return {"output": "missing" if y is None else "shape" if not ok else "no grad" if not y.requires_grad else "ok",
-            "shape": list(y.shape) if isinstance(y, torch.Tensor) else None}
-
-
-def _grader_shards(seed: int, rank: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    A, B = weights(seed, 1)
-    mine = columns(rank, world_size)
-    return A[:, mine].clone(), B[mine, :].clone()  # the whole A and B end here, before the student's code runs
-
-
-def _shards_held(student, A, B, rank, world_size) -> dict:
-    """Which of A's columns and B's rows the student's shards hold, in order, or why it failed."""
-    try:
-        a, b = student.shard_weights(A.clone(), B.clone(), rank, world_size)
-        a, b = torch.as_tensor(a).detach(), torch.as_tensor(b).detach()
-    except Exception as exc:
-        return {"error": raised(exc)}
-
-    def which(parts: torch.Tensor, whole: torch.Tensor) -> list[int | None]:
-        return [next((k for k in range(whole.shape[0]) if torch.equal(part, whole[k])), None) for part in parts]
-
-    held = {"a_shape": list(a.shape), "b_shape": list(b.shape)}
-    if a.dim() == 2 and a.shape[0] == D:
-        held["columns"] = which(a.T, A.T)
-    if b.dim() == 2 and b.shape[1] == D:
-        held["rows"] = which(b, B)
-    return held
-
-
-# The grader's side ------------------------------------------------------------------------
 
 
 def reference(seed: int, world_size: int) -> dict[str, list[torch.Tensor]]:
@@ -279,7 +211,6 @@ EXERCISE = Exercise(
     title="a tensor-parallel MLP",
     kind="function", on_cpu=True,
     entry="tensor_parallel_mlp",
-    harness=harness,
     params=lambda seed: {"seed": seed},
     work=_work,
     checks=[

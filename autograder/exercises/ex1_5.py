@@ -7,11 +7,10 @@ in exercises 1.2 to 1.4 (a ring all-reduce cut with tensor_split, GPipe's activa
 gradients, the Megatron MLP's two all-reduces per block). Each quantity is the busiest rank's.
 
 Each launch also runs one training step of the first model under each scheme on its real ranks,
-with the course's own ring all-reduce, pipeline and tensor-parallel MLP, and measures what each
-rank holds (parameters, gradients, Adam's moments) and sends (the bytes of its traced messages). A
-failed check shows those measurements beside the count; the tests prove the two equal. The step's
-Adam is the course's (reference.Adam), which keeps the state torch.optim.Adam keeps: the tests
-measure with torch's own, but in the graded ranks torch.optim would first import torch._dynamo.
+with the course's own ring all-reduce, pipeline and tensor-parallel MLP (ranks/exercises/ex1_5.py),
+and measures what each rank holds (parameters, gradients, Adam's moments) and sends (the bytes of its
+traced messages). A failed check shows those measurements beside the count; the tests prove the two
+equal, with torch.optim.Adam and with the course's Adam that the graded ranks use.
 
 Where the notebook holds the student's cells of 1.1-1.4, one more launch runs the same step with
 their own code, and the last check (worth nothing: their mistakes there are charged in 1.1-1.4)
@@ -23,174 +22,15 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
 from autograder.checks import Check, Skip
 from autograder.exercises import Exercise
-from autograder.reference import Adam
-from autograder.rig import join_group, number
+from ddpcourse.given.ex1_5 import MEASURED, OWN, QUANTITIES, SCHEMES, cases
 
 FLOAT = 4  # bytes of a float32
-SCHEMES = ("data", "pipeline", "tensor")
-QUANTITIES = ("parameters", "gradients", "optimizer", "sent")
-# (blocks, d, h, rows): h a multiple of every world size; blocks that some world sizes do not divide
-MODELS = ((3, 16, 48, 32), (5, 8, 24, 12), (4, 32, 96, 7))
-WORLD_SIZES = (1, 2, 3, 4)
 # Memory is counted exactly; traffic within 1%, so that 2(W-1)/W of a length W does not divide
 # counts as much as the exact chunks of tensor_split.
 RTOL = {"parameters": 1e-6, "gradients": 1e-6, "optimizer": 1e-6, "sent": 1e-2}
-
-
-def cases():
-    for blocks, d, h, rows in MODELS:
-        for w in WORLD_SIZES:
-            for scheme in SCHEMES:
-                yield scheme, blocks, d, h, w, rows
-
-
-def harness(student, rank, layout, rec, companions=None, **_):
-    join_group()
-    if companions is not None:  # the launch of the student's own 1.1-1.4 cells (Exercise.uses)
-        _own_runs(companions, rank, layout.world_size, rec)
-        dist.barrier()
-        dist.destroy_process_group()
-        return None
-    results = _predictions(student)
-    for scheme in SCHEMES:
-        rec.event("measure", index=scheme)
-        held = _MEASURED_RUNS[scheme](rank, layout.world_size)
-        rec.event("measured", index=scheme, **held)
-    dist.barrier()  # leave together: see rig.join_group
-    dist.destroy_process_group()
-    return results
-
-
-def _predictions(student) -> list[dict]:
-    results = []
-    for scheme, blocks, d, h, w, rows in cases():
-        try:
-            got = student.per_rank_costs(scheme, blocks, d, h, w, rows)
-            results.append({q: number(got.get(q)) if isinstance(got, dict) else None for q in QUANTITIES})
-        except NotImplementedError:
-            raise  # the exercise cell as released: said as such
-        except Exception as exc:
-            results.append({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-    return results
-
-
-# The measured runs: one step of MEASURED under each scheme, on the launch's ranks -------------
-
-MEASURED = MODELS[0]
-
-
-def ring_all_reduce(t: torch.Tensor) -> torch.Tensor:
-    """Sum `t` over the ranks in place with point-to-point messages: reduce-scatter, then all-gather,
-    chunks cut with tensor_split (exercise 1.2's algorithm)."""
-    w, r = dist.get_world_size(), dist.get_rank()
-    chunks = list(torch.tensor_split(t.view(-1), w))
-    for s, reduce in [(s, True) for s in range(w - 1)] + [(s, False) for s in range(w - 1)]:
-        out, into = ((r - s) % w, (r - s - 1) % w) if reduce else ((r + 1 - s) % w, (r - s) % w)
-        incoming = torch.empty_like(chunks[into])
-        request = dist.isend(chunks[out].clone(), (r + 1) % w)
-        dist.recv(incoming, (r - 1) % w)
-        request.wait()
-        chunks[into].add_(incoming) if reduce else chunks[into].copy_(incoming)
-    return t
-
-
-def _model(blocks: int) -> torch.nn.Sequential:
-    """`blocks` MLP blocks of MEASURED's widths: Linear(d, h), GELU, Linear(h, d) each."""
-    _, d, h, _ = MEASURED
-    return torch.nn.Sequential(*[layer for _ in range(blocks)
-                                 for layer in (torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Linear(h, d))])
-
-
-def _bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def _held(params: list[torch.Tensor], optimizer) -> dict[str, int]:
-    """The bytes of parameters, gradients and Adam's two moments this rank holds, after a step."""
-    optimizer.step()
-    states = optimizer.state.values() if isinstance(optimizer.state, dict) else optimizer.state  # torch's, or ours
-    moments = [t for state in states for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
-    return {"parameters": _bytes(params), "gradients": _bytes(p.grad for p in params if p.grad is not None),
-            "optimizer": _bytes(moments)}
-
-
-def _local_gradients(rank: int, w: int) -> torch.nn.Sequential:
-    """The whole model, its gradients from this rank's share of the rows (data parallelism before averaging)."""
-    blocks, d, _, rows = MEASURED
-    model = _model(blocks)
-    x = torch.tensor_split(torch.randn(rows, d, generator=torch.Generator().manual_seed(0)), w)[rank]
-    model(x).square().mean().backward()
-    return model
-
-
-def _data_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
-    params = list(_local_gradients(rank, w).parameters())
-    gradients = torch.cat([p.grad.flatten() for p in params])
-    ring_all_reduce(gradients).div_(w)
-    torch.nn.utils.vector_to_parameters(gradients, [p.grad for p in params])
-    return _held(params, adam(params, lr=1e-3))
-
-
-def _pipeline_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
-    blocks, d, h, rows = MEASURED
-    stage = _model(len(torch.tensor_split(torch.arange(blocks), w)[rank]))
-    x = torch.randn(rows, d, generator=torch.Generator().manual_seed(0))
-    if rank > 0:
-        dist.recv(x, rank - 1)
-    x.requires_grad_()
-    out = stage(x)
-    if rank < w - 1:
-        dist.send(out.detach(), rank + 1)
-        grad = torch.empty(rows, d)
-        dist.recv(grad, rank + 1)
-        out.backward(grad)
-    else:
-        out.square().mean().backward()
-    if rank > 0:
-        dist.send(x.grad, rank - 1)
-    params = list(stage.parameters())
-    return _held(params, adam(params, lr=1e-3)) if params else {"parameters": 0, "gradients": 0, "optimizer": 0}
-
-
-class _Copy(torch.autograd.Function):  # f: the input to every rank forward, its gradient all-reduced back
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ring_all_reduce(grad.clone())
-
-
-class _Sum(torch.autograd.Function):  # g: the partial outputs all-reduced forward, the gradient passed back
-    @staticmethod
-    def forward(ctx, x):
-        return ring_all_reduce(x.clone())
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-def _tensor_step(rank: int, w: int, adam=Adam) -> dict[str, int]:
-    blocks, d, h, rows = MEASURED
-    cols = h // w
-    params = []
-    y = torch.randn(rows, d, generator=torch.Generator().manual_seed(0)).requires_grad_()
-    for _ in range(blocks):
-        a, a_bias = torch.randn(cols, d, requires_grad=True), torch.zeros(cols, requires_grad=True)
-        b, b_bias = torch.randn(d, cols, requires_grad=True), torch.zeros(d, requires_grad=True)
-        params += [a, a_bias, b, b_bias]
-        y = _Sum.apply(torch.nn.functional.gelu(_Copy.apply(y) @ a.T + a_bias) @ b.T) + b_bias
-    y.square().mean().backward()
-    return _held(params, adam(params, lr=1e-3))
-
-
-_MEASURED_RUNS = {"data": _data_step, "pipeline": _pipeline_step, "tensor": _tensor_step}
 
 
 def _sent(r, events: list[dict]) -> int:
@@ -209,78 +49,6 @@ def measured(world, scheme: str) -> dict[str, int] | None:
         sent = _sent(r, r.windows("measure", "measured").get(scheme, []))
         per_rank.append({**{q: done.get(q) for q in QUANTITIES if q != "sent"}, "sent": sent})
     return {q: max(m[q] for m in per_rank) for q in QUANTITIES}
-
-
-# The student's own code: one step of MEASURED with their 1.1-1.4 cells, where the notebook has them
-
-OWN = {"1.1": "data", "1.2": "data", "1.3": "pipeline", "1.4": "tensor"}  # the exercise -> the scheme it runs
-
-
-def _own_runs(companions: dict, rank: int, w: int, rec):
-    """Each exercise whose cell came, in turn. A rank whose code raises stops there: the others would
-    wait for it in their next message (the grader sees the deadlock), and the events say how far each got."""
-    for exercise_id in OWN:
-        cell = companions.get(exercise_id)
-        if cell is None:
-            continue
-        if isinstance(cell, str):
-            rec.event("own_failed", index=exercise_id, error=f"the cell could not be imported: {cell}")
-            return
-        rec.event("own", index=exercise_id)
-        try:
-            held = _OWN_STEPS[exercise_id](cell, rank, w)
-        except NotImplementedError:  # the cell as released: every rank alike, so the next one can run
-            rec.event("own_not_done", index=exercise_id)
-            continue
-        except Exception as exc:
-            rec.event("own_failed", index=exercise_id, error=f"{type(exc).__name__}: {str(exc)[:200]}")
-            return
-        rec.event("own_done", index=exercise_id, parameters=held)
-
-
-def _own_data_step(average_gradients, rank: int, w: int) -> int:
-    """Data parallelism: this rank's gradients on its share of the rows, then `average_gradients(model)`."""
-    model = _local_gradients(rank, w)
-    average_gradients(model)
-    return _bytes(model.parameters())
-
-
-def _ring_of(cell):
-    """1.2's ring_all_reduce used as 1.1's average_gradients: all the gradients as one tensor."""
-    def average_gradients(model):
-        params = list(model.parameters())
-        gradients = torch.cat([p.grad.flatten() for p in params])
-        cell.ring_all_reduce(gradients)
-    return average_gradients
-
-
-def _own_pipeline_step(cell, rank: int, w: int) -> int:
-    blocks, d, h, rows = MEASURED
-    stage = cell.stage_of(_model(blocks), rank, w)
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(rows, d, generator=g), torch.randn(rows, d, generator=g)
-    cell.pipeline_step(stage, x, y, 2)
-    return _bytes(stage.parameters())
-
-
-def _own_tensor_step(cell, rank: int, w: int) -> int:
-    """The student's MLP for each block. 1.4's has no biases; the bytes held count them as the model has
-    them: the first Linear's split with its columns, the second's whole."""
-    blocks, d, h, rows = MEASURED
-    g = torch.Generator().manual_seed(0)
-    y, held = torch.randn(rows, d, generator=g).requires_grad_(), 0
-    for _ in range(blocks):
-        a, b = (t.detach().clone().requires_grad_()
-                for t in cell.shard_weights(torch.randn(d, h, generator=g), torch.randn(h, d, generator=g), rank, w))
-        held += (a.numel() + b.numel() + h // w + d) * a.element_size()
-        y = cell.tensor_parallel_mlp(y, a, b)
-    y.square().mean().backward()
-    return held
-
-
-_OWN_STEPS = {"1.1": lambda cell, rank, w: _own_data_step(cell.average_gradients, rank, w),
-              "1.2": lambda cell, rank, w: _own_data_step(_ring_of(cell), rank, w),
-              "1.3": _own_pipeline_step, "1.4": _own_tensor_step}
 
 
 def own_sent(world, exercise_id: str) -> tuple[int, list[str]]:
@@ -344,7 +112,9 @@ def _own_measured(world, exercise_id: str) -> tuple[dict | None, str | None]:
     if len(done) < len(world.ranks):
         return None, f"did not finish on every rank: {summary(world)}"
     sent, others = own_sent(world, exercise_id)
-    return {"sent": sent, "parameters": max(number(e.get("parameters")) or 0 for e in done), "others": others}, None
+    held = [e.get("parameters") for e in done]
+    held = [v for v in held if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return {"sent": sent, "parameters": max(held, default=0), "others": others}, None
 
 
 def _disagreements(exercise_id: str, guess: dict, ran: dict, count: dict) -> list[str]:
@@ -486,7 +256,6 @@ EXERCISE = Exercise(
     title="predict the costs per rank",
     kind="function", on_cpu=True,
     entry="per_rank_costs",
-    harness=harness,
     world_sizes=(1, 2, 3, 4),
     uses=tuple(OWN),
     # backward(grad) of a stage's output first imports it (and sympy): every rank would, each on its own

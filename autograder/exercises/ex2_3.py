@@ -129,7 +129,8 @@ def _checkpoint(world):
     if found.get("error") == "missing":
         return None, f"the checkpoint {Path(path).name} was not found after the run"
     if "error" in found or not found:
-        return None, f"the checkpoint {Path(path).name} could not be read with torch.load(weights_only=True)"
+        why = f" ({found['error']})" if isinstance(found.get("error"), str) else ""
+        return None, f"the checkpoint {Path(path).name} could not be read with torch.load(weights_only=True){why}"
     if found.get("type") != "dict":
         return None, f"the checkpoint holds a {found.get('type')}, not a state_dict"
     return found, None

@@ -3,27 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autograder.checks import Check, each_rank, matches_reference
 from autograder.exercises import Exercise
 from autograder.reference import accumulated_training, flat
-from autograder.rig import device_for, join_group
-from ddpcourse import make_model, toy_dataset
-
-# 7 micro-batches of 4 per rank in windows of 3: windows of 3, 3 and 1, so three optimizer steps.
-# The short last window is where a loop that only steps on full windows, or that always divides by
-# accum_steps, goes wrong.
-MICRO, STEPS, ACCUM, LR = 4, 7, 3, 0.1
-SIZES = [min(ACCUM, STEPS - start) for start in range(0, STEPS, ACCUM)]
-WINDOWS = len(SIZES)
-
-
-def micro_batches(seed: int, world_size: int, rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x, y = toy_dataset(n=MICRO * STEPS * world_size, seed=seed).tensors
-    mine = torch.arange(rank, len(x), world_size)
-    return [(x[chunk], y[chunk]) for chunk in mine.split(MICRO)]
+from ddpcourse import make_model
+from ddpcourse.given.ex2_5 import ACCUM, LR, SIZES, STEPS, WINDOWS, micro_batches
 
 
 def reference(seed: int, world_size: int, windows: list[list[dict]]) -> torch.Tensor:
@@ -35,19 +20,6 @@ def reference(seed: int, world_size: int, windows: list[list[dict]]) -> torch.Te
     """
     shares = [micro_batches(seed, world_size, r) for r in range(world_size)]
     return accumulated_training(lambda: make_model(seed), shares, windows, LR)
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    device = device_for(layout, rank)  # before the group: nccl binds to the current device
-    join_group()
-    model = DDP(make_model(seed).to(device), device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    batches = [(x.to(device), y.to(device)) for x, y in micro_batches(seed, layout.world_size, rank)]
-    which = {x[0].cpu().numpy().tobytes(): k for k, (x, _) in enumerate(batches)}
-    model.module.register_forward_pre_hook(lambda module, args: rec.event(
-        "micro_batch", index=which.get(args[0][:1].detach().cpu().reshape(-1).numpy().tobytes(), -1)))
-    student.train_accumulate(model, optimizer, batches, ACCUM)
-    dist.destroy_process_group()
 
 
 def windows(r) -> list[dict]:
@@ -112,7 +84,6 @@ EXERCISE = Exercise(
     title="gradient accumulation with no_sync",
     kind="function",
     entry="train_accumulate",
-    harness=harness,
     warm_imports=("torch._dynamo",),
     params=lambda seed: {"seed": seed},
     expected=lambda seed: {"initial": flat(make_model(seed))},

@@ -11,62 +11,13 @@ mean is charged once, by the output's check.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
 from autograder.checks import Check
 from autograder.exercises import Exercise
-from autograder.rig import join_group, keep_parts
+from ddpcourse.given.ex3_1 import EPS, MOMENTUM, C, L, inputs, layer, rows
 
-C, L = 4, 3  # channels, and positions per sample: x is (N, C, L)
-BATCHES = {1: [5], 2: [3, 6], 3: [5, 1, 8]}  # rows per rank; a rank with a single sample at W = 3
-MOMENTUM, EPS = 0.1, 1e-5
 TOL = dict(rtol=1e-4, atol=1e-5)
 PARTS = ("output", "input's gradient", "running mean", "running variance")
-
-
-def rows(world_size: int) -> list[int]:
-    return BATCHES.get(world_size, [3 + r % 4 for r in range(world_size)])
-
-
-def inputs(seed: int, world_size: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's batch, shifted and scaled differently on every rank, and the weighting of its loss."""
-    g = torch.Generator().manual_seed(6000 + 100 * seed + 10 * world_size + rank)
-    n = rows(world_size)[rank]
-    x = torch.randn(n, C, L, generator=g) * (1 + rank) + 2 * rank - 1
-    return x, torch.randn(n, C, L, generator=g)
-
-
-def layer(seed: int) -> dict[str, torch.Tensor]:
-    """The starting running statistics and the affine parameters, the same on every rank."""
-    g = torch.Generator().manual_seed(7000 + seed)
-    return {"running_mean": torch.randn(C, generator=g), "running_var": torch.rand(C, generator=g) + 0.5,
-            "weight": torch.rand(C, generator=g) + 0.5, "bias": torch.randn(C, generator=g)}
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    join_group()
-    w = layout.world_size
-    x, weighting = inputs(seed, w, rank)
-    x.requires_grad_()
-    state = layer(seed)
-    rec.event("call")
-    y = student.sync_batch_norm(x, state["running_mean"], state["running_var"], state["weight"], state["bias"],
-                                MOMENTUM, EPS)
-    rec.event("backward")
-    ok = isinstance(y, torch.Tensor) and y.shape == x.shape
-    if ok and y.requires_grad:
-        (y * weighting).sum().backward()  # each rank's loss is its own part of the job's total
-    rec.event("done")
-    keep_parts(rec, "output, gradient, running statistics",
-               zip((y if ok else None, x.grad, state["running_mean"], state["running_var"]),
-                   (x, x, state["running_mean"], state["running_var"])))
-    dist.barrier()  # leave together: see rig.join_group
-    dist.destroy_process_group()
-    return {"output": "missing" if y is None else "shape" if not ok else "no grad" if not y.requires_grad else "ok"}
-
-
-# The grader's side ------------------------------------------------------------------------
 
 
 def _kept(r, w: int) -> dict[str, torch.Tensor] | None:
@@ -283,10 +234,8 @@ EXERCISE = Exercise(
     title="synchronized batch norm from scratch",
     kind="function", on_cpu=True,
     entry="sync_batch_norm",
-    harness=harness,
     params=lambda seed: {"seed": seed},
     work=_work,
-    hidden=("ddpcourse.syncbn",),  # the course's stand-in for nn.SyncBatchNorm holds this exercise's answer
     checks=[
         Check("the output equals batch norm over all the ranks' batches put together", 3, _output,
               hint="per channel, all-reduce the sum, the sum of squares and the count; "

@@ -11,70 +11,19 @@ wrongly is charged by the training check alone).
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from autograder.checks import Check, each_rank
 from autograder.exercises import Exercise
-from autograder.reference import Adam, flat, parameter_blocks
-from autograder.rig import join_group, record_call
-from ddpcourse import MLP, make_mlp, toy_dataset
+from autograder.reference import flat, parameter_blocks
+from ddpcourse import MLP, make_mlp
+from ddpcourse.given.ex3_3 import LR, STEPS, data, rows
+from ddpcourse.optim import Adam
 
-LR, STEPS, GLOBAL_BATCH = 1e-2, 4, 12
-CHECKPOINT = "zero_checkpoint.pt"
 TOL = dict(rtol=1e-4, atol=1e-5)
 MOMENTS = ("exp_avg", "exp_avg_sq")
-
-
-def data(seed: int):
-    return toy_dataset(n=GLOBAL_BATCH * (STEPS + 1), seed=300 + seed).tensors
-
-
-def rows(step: int, rank: int, world_size: int) -> slice:
-    share = GLOBAL_BATCH // world_size
-    return slice(step * GLOBAL_BATCH + rank * share, step * GLOBAL_BATCH + (rank + 1) * share)
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    join_group()
-    x, y = data(seed)
-    model = DDP(make_mlp(0))
-    optimizer = student.make_optimizer(model, LR)
-
-    def step(k: int):
-        optimizer.zero_grad()
-        part = rows(k, rank, layout.world_size)
-        F.cross_entropy(model(x[part]), y[part]).backward()
-        optimizer.step()
-
-    for k in range(STEPS):
-        step(k)
-    rec.event("optimizer_state", **_state_held(model, optimizer))
-    record_call(rec, "saved", student.save_checkpoint, model, optimizer, str(Path.cwd() / CHECKPOINT))
-    dist.barrier()  # every rank done saving; a rank left in a collective of the save shows as a hang here
-    step(STEPS)  # the step a resumed run must take the same way
-    dist.barrier()  # leave together: see rig.join_group
-    dist.destroy_process_group()
-
-
-def _state_held(model, optimizer) -> dict:
-    """Which of the model's parameters this rank's optimizer holds state for, and its bytes."""
-    local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer steps a local optimizer
-    index = {id(p): i for i, p in enumerate(model.module.parameters())}
-    held = {}
-    for param, state in getattr(local, "state", {}).items():
-        tensors = [t for t in state.values() if isinstance(t, torch.Tensor) and t.dim() > 0] if isinstance(state, dict) else []
-        if id(param) in index and tensors:
-            held[str(index[id(param)])] = sum(t.numel() * t.element_size() for t in tensors)
-    return {"optimizer": type(optimizer).__name__, "local": type(local).__name__, "held": held}
-
-
-# The grader's side ------------------------------------------------------------------------
 
 
 def _sizes() -> list[int]:
@@ -267,7 +216,6 @@ EXERCISE = Exercise(
     title="ZeRO stage 1 and its checkpoint",
     kind="function", on_cpu=True,
     entry="make_optimizer",
-    harness=harness,
     params=lambda seed: {"seed": seed},
     work=_work,
     warm_imports=("torch._dynamo", "torch.distributed.optim"),

@@ -12,76 +12,19 @@ directories (names and sizes only: DCP's index is a pickle, never read here).
 from __future__ import annotations
 
 import functools
-import os
-import stat
-from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
 from autograder.checks import Check, each_rank
 from autograder.exercises import Exercise
-from autograder.exercises.ex3_3 import LR, adam_steps, rows
-from autograder.exercises.ex3_4 import _full
-from autograder.reference import Adam, flat
-from autograder.rig import device_for, join_group, record_call
-from ddpcourse import make_mlp, toy_dataset
+from autograder.exercises.ex3_3 import adam_steps
+from autograder.reference import flat
+from ddpcourse import make_mlp
+from ddpcourse.given.ex3_3 import LR
+from ddpcourse.given.ex3_5 import CHAIN, CHAIN_SIZES, STEPS_PER_JOB, data, saved_by
+from ddpcourse.optim import Adam
 
-STEPS_PER_JOB = 2
-CHAIN_SIZES = (2, 3, 1)  # grown from 2 ranks to 3, then shrunk to 1
 TOL = dict(rtol=1e-4, atol=1e-5)  # another world size sums in another order: float rounding
-CHAIN = "dcp"  # beside the launches' work directories: what one job saves, the next one loads
-
-
-def data(seed: int):
-    return toy_dataset(n=12 * STEPS_PER_JOB * 4, seed=500 + seed).tensors
-
-
-def saved_by(world_size: int) -> str:
-    return f"saved_by_{world_size}"
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    from torch import nn
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    join_group()
-    w = layout.world_size
-    device = device_for(layout, rank)
-    model = make_mlp(0).to(device)
-    mesh = init_device_mesh(device.type, (w,))
-    for layer in model.net:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-
-    chain = Path.cwd().parent / CHAIN
-    chain.mkdir(exist_ok=True)
-    # the checkpoints of the jobs before this one, the last one saved last
-    earlier = sorted((p for p in chain.glob("saved_by_*") if p.name != saved_by(w)), key=lambda p: p.stat().st_mtime_ns)
-    rec.event("resume", previous=earlier[-1].name.removeprefix("saved_by_") if earlier else None,
-              jobs_before=len(earlier))
-    if earlier:
-        record_call(rec, "loaded", student.load, model, optimizer, str(earlier[-1]), passes=(NotImplementedError,))
-        rec.keep("after load", _full(model))
-    x, y = data(seed)
-    first = len(earlier) * STEPS_PER_JOB
-    for k in range(first, first + STEPS_PER_JOB):
-        optimizer.zero_grad()
-        part = rows(k, rank, w)
-        F.cross_entropy(model(x[part].to(device)), y[part].to(device)).backward()
-        optimizer.step()
-        rec.keep("after step", _full(model))
-    record_call(rec, "saved", student.save, model, optimizer, str(chain / saved_by(w)), passes=(NotImplementedError,))
-    dist.barrier()  # every rank done saving; a rank left in a collective of the save shows as a hang here
-    dist.destroy_process_group()
-
-
-
-# The grader's side ------------------------------------------------------------------------
 
 
 def _work(runs):
@@ -105,21 +48,19 @@ def _every_rank_saves_and_loads(runs):
                             "and reads its own shards of a distributed checkpoint")
 
 
-def listing(directory: Path) -> dict[str, int] | None:
-    """Names and sizes of the plain files in ``directory``, links not followed; None if it is not one."""
-    try:
-        if not stat.S_ISDIR(os.lstat(directory).st_mode):
-            return None
-        entries = list(os.scandir(directory))[:1000]
-    except OSError:
-        return None
-    return {e.name: e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False)}
+def listing(world, *names: str) -> dict[str, int] | None:
+    """Names and sizes of the plain files in the grading's directory ``names``, links not followed; None if
+    it is not a directory."""
+    folder = world.grading
+    for name in names:
+        folder = folder.sub(name) if folder is not None else None
+    return folder.listing() if folder is not None else None
 
 
 def _holds_shards(runs):
     for world in runs:
         w = world.world_size
-        files = listing(world.workdir.parent / CHAIN / saved_by(w))
+        files = listing(world, CHAIN, saved_by(w))
         if files is None:
             return f"world size {w}: nothing was saved in the directory save was given"
         shards = {name: size for name, size in files.items() if name.endswith(".distcp")}
@@ -192,7 +133,6 @@ EXERCISE = Exercise(
     title="a sharded checkpoint, resumed at another world size",
     kind="function",
     entry="save",
-    harness=harness,
     params=lambda seed: {"seed": seed},
     world_sizes=CHAIN_SIZES,
     work=_work,

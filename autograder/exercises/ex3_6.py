@@ -9,95 +9,15 @@ beside it (tests prove the count and the measurements agree).
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
-
 from autograder.checks import Check, each_rank
 from autograder.exercises import Exercise
-from autograder.rig import join_group, raised
-from autograder.trace import plain
+from ddpcourse.given.ex3_6 import SCHEMES, shapes_of
 
-SCHEMES = ("DDP", "ZeRO-1", "FSDP")
 PARTS = ("parameters", "gradients", "optimizer")
-WIDTHS = {0: (8, 48, 40, 5), 7: (8, 36, 50, 7)}  # layer widths by seed: tensors of unequal sizes, rows W does not divide
 FLOAT = 4  # bytes per float32 number
 
 
-def widths(seed: int) -> tuple[int, ...]:
-    return WIDTHS.get(seed, (8, 24 + seed % 17, 30 + seed % 13, 3 + seed % 5))
-
-
-def make(seed: int) -> nn.Sequential:
-    """Linear layers of the seed's widths with ReLUs between (only their sizes are counted)."""
-    w = widths(seed)
-    layers = []
-    for a, b in zip(w, w[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
-def shapes_of(seed: int) -> list[tuple[int, ...]]:
-    return [tuple(p.shape) for p in make(seed).parameters()]
-
-
-def harness(student, rank, layout, rec, seed, **_):
-    join_group()
-    w = layout.world_size
-    shapes = shapes_of(seed)
-    for scheme in SCHEMES:  # predictions first: nothing has been measured yet
-        try:
-            rec.event("predicted", scheme=scheme, value=plain(student.predict(scheme, list(shapes), w)), error=None)
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            rec.event("predicted", scheme=scheme, value=None, error=raised(exc))
-    for scheme in SCHEMES:
-        rec.event("measured", scheme=scheme, value=measure(scheme, seed, rank, w))
-    dist.barrier()  # leave together: see rig.join_group
-    dist.destroy_process_group()
-
-
-def measure(scheme: str, seed: int, rank: int, w: int) -> dict[str, int]:
-    """This rank's bytes of parameters, gradients and Adam moments after one step under `scheme`."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    model = make(seed)
-    if scheme == "FSDP":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = init_device_mesh("cpu", (w,))
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    else:
-        model = DDP(model)
-        if scheme == "ZeRO-1":
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
-        else:
-            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(4, widths(seed)[0], generator=torch.Generator().manual_seed(rank))
-    F.mse_loss(model(x), torch.zeros(4, widths(seed)[-1])).backward()
-    optimizer.step()
-    local = getattr(optimizer, "optim", optimizer)
-    moments = [t for state in local.state.values() for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
-    return {"parameters": sum(_bytes(p) for p in model.parameters()),
-            "gradients": sum(_bytes(p.grad) for p in model.parameters() if p.grad is not None),
-            "optimizer": sum(_bytes(t) for t in moments)}
-
-
-def _bytes(t: torch.Tensor) -> int:
-    t = t.to_local() if hasattr(t, "to_local") else t
-    return t.numel() * t.element_size()
-
-
-# The grader's side: the exact count --------------------------------------------------------
+# The exact count --------------------------------------------------------------------------
 
 
 def zero1_owners(shapes, w: int) -> list[int]:
@@ -189,7 +109,6 @@ EXERCISE = Exercise(
     title="predict, then measure, the training state per rank",
     kind="function", on_cpu=True,
     entry="predict",
-    harness=harness,
     params=lambda seed: {"seed": seed},
     work=_work,
     warm_imports=("torch._dynamo", "torch.distributed.optim", "torch.distributed.fsdp"),

@@ -1,13 +1,32 @@
-"""Helpers the exercise harnesses share inside a rank: the process group, the device, sample ids."""
+"""Helpers the exercise harnesses share inside a rank: where it is, the process group, the device, sample ids."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from autograder.launch import Layout
+
+@dataclass(frozen=True)
+class Place:
+    """Where this rank is, as the launcher's variables say (RANK, LOCAL_RANK, WORLD_SIZE, ...)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node: int
+    nodes: int
+
+    @classmethod
+    def from_environment(cls) -> "Place":
+        env = os.environ
+        world_size = int(env.get("WORLD_SIZE", "1"))
+        return cls(int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")), world_size,
+                   int(env.get("LOCAL_WORLD_SIZE", str(world_size))), int(env.get("GROUP_RANK", "0")),
+                   int(env.get("GROUP_WORLD_SIZE", "1")))
 
 
 def backend() -> str:
@@ -27,10 +46,10 @@ def join_group():
     dist.barrier()
 
 
-def device_for(layout: Layout, rank: int) -> torch.device:
+def device_for(place: Place) -> torch.device:
     if backend() == "nccl":
-        torch.cuda.set_device(layout.local_rank(rank))
-        return torch.device("cuda", layout.local_rank(rank))
+        torch.cuda.set_device(place.local_rank)
+        return torch.device("cuda", place.local_rank)
     return torch.device("cpu")
 
 
@@ -44,9 +63,9 @@ def raised(exc: BaseException) -> str:
     "ValueError at exercise cell line 7: the message"."""
     import traceback
 
-    from autograder.source import STUDENT_MODULE
+    from ranks.trace import STUDENT_FILE
 
-    lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_MODULE)]
+    lines = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(STUDENT_FILE)]
     where = f" at exercise cell line {lines[-1].lineno}" if lines else ""
     return f"{type(exc).__name__}{where}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 

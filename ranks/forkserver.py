@@ -1,6 +1,6 @@
 """The workers of a torchrun job, forked from a warm process instead of started cold.
 
-Every worker torchrun starts is ``python -m autograder.worker SCRIPT ...``: a fresh interpreter that
+Every worker torchrun starts is ``python -m ranks.worker SCRIPT ...``: a fresh interpreter that
 imports torch, and torch._dynamo (which DDP and every optimizer import), all over again. That is
 seconds of CPU per worker and per attempt, most of a graded job's time on a small machine. So the
 rank host starts one fork server per job, which has imported them once, and each process torchrun
@@ -31,7 +31,7 @@ import socket
 import sys
 import time
 
-from autograder.host import PR_SET_PDEATHSIG, _prctl, _signal
+from ranks.host import PR_SET_PDEATHSIG, _prctl, _signal
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2)
 
@@ -43,9 +43,11 @@ def listen(name: str) -> socket.socket:
     return listener
 
 
-def serve(listener: socket.socket, become) -> None:
+def serve(listener: socket.socket, become, handing: socket.socket | None = None) -> None:
     """Fork a worker for each stand-in that connects; ``become(request)`` runs in the worker and never
-    returns. Runs until killed (the host kills it with its job)."""
+    returns. Runs until killed (the host kills it with its job). With ``handing``, each worker gets a
+    line to the rank host, whose other end goes to the host through it (faults.py): the request the
+    worker becomes holds its end as "line"."""
     waiting: dict[socket.socket, bytes] = {}  # stand-ins whose request is not whole yet
     running: dict[socket.socket, int] = {}  # stand-in -> its worker's pid
     while True:
@@ -58,7 +60,7 @@ def serve(listener: socket.socket, become) -> None:
                 conn.close()
             else:
                 try:
-                    _read_request(conn, waiting, running, listener, become)
+                    _read_request(conn, waiting, running, listener, become, handing)
                 except (OSError, ValueError):  # a stand-in gone, or a request not ours: only it fails
                     waiting.pop(conn, None)
                     if conn in running:
@@ -67,7 +69,7 @@ def serve(listener: socket.socket, become) -> None:
         _report_ended(running)
 
 
-def _read_request(conn, waiting, running, listener, become):
+def _read_request(conn, waiting, running, listener, become, handing):
     chunk = conn.recv(1 << 20)
     if not chunk:
         del waiting[conn]
@@ -81,11 +83,17 @@ def _read_request(conn, waiting, running, listener, become):
         raise ValueError("not a stand-in's request")
     sys.stdout.flush()
     sys.stderr.flush()
+    ours, theirs = socket.socketpair() if handing is not None else (None, None)
     pid = os.fork()
     if pid == 0:
-        for other in (listener, conn, *waiting, *running):
+        for other in (listener, conn, *waiting, *running, *filter(None, (ours, handing))):
             other.close()
-        _worker(request, become)  # never returns
+        _worker({**request, "line": theirs}, become)  # never returns
+    if handing is not None:
+        from ranks.faults import hand_over
+
+        theirs.close()
+        hand_over(handing, ours, pid, request["env"])
     running[conn] = pid
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
 

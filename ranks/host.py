@@ -1,29 +1,35 @@
 """The rank host: the one process that starts a submission's ranks, inside the sandbox.
 
-The grader never runs a submission's code in its own memory. It starts this host instead
-(``python -m autograder.host``, wrapped in the sandbox when there is one), and talks to it
-with JSON lines: requests on the host's stdin, answers on its stdout.
+The grader never runs a submission's code in its own memory. It starts this host instead, by
+absolute path in Python's isolated mode (``python -I -c BOOT``, see the grader's launch.py), wrapped
+in the sandbox when there is one, and talks to it with JSON lines: requests on the host's stdin,
+answers on its stdout.
 
     {"op": "prepare", "imports": [...]}          import what the ranks will need, once
-    {"op": "launch", "workdir", "world_size", "nodes", "backend", "target", "limits"}
+    {"op": "launch", "workdir", "environments", "backend", "target", "limits"}
+        one rank per entry of "environments" (torchrun's variables for it, all but the rendezvous port)
         -> {"started": pids}, then {"exit": rank, "code": c} as each rank ends, then {"done": true}
     {"op": "stop", "stacks": [ranks]}            ask those ranks for their Python stack, then kill all
-    {"op": "export", "path", "out"}              read a checkpoint a rank saved, write it as plain data
-    {"op": "job", "workdir", "cwd", "agents", "script", "args", "env", "agent_env", "limits"}
-        a torchrun job (jobs.py): one agent per entry of "agents" (torchrun's options; None: the script
-        under plain python), each forked from here with "env" and its entry of "agent_env" and running
-        torchrun's own main(); the workers are forked from a fork server of the job (forkserver.py)
+    {"op": "export", "path", "out", "within"}    read a checkpoint a rank saved, write it as plain data (export.py)
+    {"op": "job", "workdir", "cwd", "agents", "script", "args", "env", "agent_env", "planted", "limits"}
+        a torchrun job: one agent per entry of "agents" (torchrun's options; None: the script under
+        plain python), each forked from here with "env" and its entry of "agent_env" and running
+        torchrun's own main(); the workers are forked from a fork server of the job (forkserver.py),
+        and with "planted" each asks this host before going on after a step or a save (faults.py)
         -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
-           {"agent": i, "code": c} as each agent ends, then {"done": true}
+           {"agent": i, "code": c} as each agent ends, {"fault": {...}} if the fault landed, then {"done": true}
+    {"op": "plant", "fault": {"rank", "attempt", "when", "n"}}   the job's fault, sent once all is forked
 
 The host has imported torch once, so each rank is *forked* from it in a few milliseconds.
-A forked rank leads a process group of its own and dies with the host; sends its output to
-``rank<N>.log`` (capped in size) and its Python stack to ``rank<N>.stack`` on SIGUSR1; sets
-the variables torchrun sets; runs the target; and leaves with ``os._exit``.
+A forked rank leads a process group of its own and dies with the host; keeps none of the host's
+descriptors to the grader; sends its output to ``rank<N>.log`` and its Python stack to
+``rank<N>.stack`` on SIGUSR1; sets the variables torchrun sets; runs the target; and leaves with
+``os._exit``. The host is not dumpable, and neither is anything forked from it, so no rank can
+trace it or read its memory.
 
-Nothing the host says is trusted: it runs beside the submission, which can do anything the
-host can. The grader only takes the exit codes from it to explain failures, and reads what
-the ranks recorded as capped plain data.
+Nothing the host says is trusted: it runs beside the submission, which can kill it. The grader only
+takes the exit codes from it to explain failures, and reads what the ranks recorded as capped
+plain data.
 """
 
 from __future__ import annotations
@@ -41,10 +47,12 @@ import traceback
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
 def main(argv: list[str]) -> int:
+    _prctl(PR_SET_DUMPABLE, 0)  # no rank may ptrace this process, or read its memory or descriptors
     sys.stdout.write(json.dumps({"hello": os.getpid()}) + "\n")  # started: the sandbox works
     sys.stdout.flush()
     sandboxed = "--sandboxed" in argv
@@ -57,19 +65,25 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing printed by an import may break the protocol
+    os.close(null)
     host = Host(out, sandboxed)
     host.serve(sys.stdin.buffer)
     return 0
 
 
+_GRADERS: list[int] = []  # the host's descriptors to the grader: no child of the host keeps them
+
+
 class Host:
     def __init__(self, out, sandboxed: bool):
         self.out = out
+        _GRADERS.append(out.fileno())
         self.sandboxed = sandboxed
         self.ranks: dict[int, int] = {}  # pid -> rank, for the launch in progress
         self.workdir: Path | None = None
         self.agents: dict[int, int] = {}  # pid -> agent index, for the job in progress
         self.forkserver = 0  # the job's fork server (forkserver.py), while the job runs
+        self.plan = None  # the job's fault to plant and its workers' lines (faults.py), while the job runs
         self.workers: dict[tuple[int, int], int] = {}  # (attempt, rank) -> pid, of the job in progress
         self.last_scan = 0.0
 
@@ -81,8 +95,11 @@ class Host:
         while True:
             # Read the descriptor itself: a buffered readline could take two requests at once and
             # leave the second where select() never sees it.
-            ready, _, _ = select.select([fd], [], [], 0.005 if self.ranks or self.agents else None)
-            if ready:
+            lines = self.plan.sockets() if self.plan else []
+            ready, _, _ = select.select([fd, *lines], [], [], 0.005 if self.ranks or self.agents else None)
+            for sock in (s for s in ready if s is not fd):
+                self.plan.ready(sock)
+            if fd in ready:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     break
@@ -102,7 +119,10 @@ class Host:
                 import importlib
 
                 for name in request.get("imports", []):
-                    importlib.import_module(name)
+                    try:
+                        importlib.import_module(name)
+                    except ImportError:
+                        pass  # not warm: the ranks that need it import it, and say why it fails
                 self.say(prepared=True)
             elif op == "launch":
                 self.launch(request)
@@ -110,25 +130,29 @@ class Host:
                 self.stop(request.get("stacks", []))
             elif op == "job":
                 self.job(request)
+            elif op == "plant" and self.plan is not None:
+                self.plan.fault = request.get("fault")
             elif op == "export":
-                self.say(exported=export(request["path"], Path(request["out"])))
+                from ranks.export import export
+
+                self.say(exported=export(request["path"], Path(request["out"]), request.get("within")))
         except Exception:
             self.say(host_error=traceback.format_exc()[-4000:])
 
     def launch(self, request: dict):
-        from autograder.launch import Layout
+        from ranks.target import make_target
 
         workdir = Path(request["workdir"])
-        layout = Layout(request["world_size"], request.get("nodes", 1))
+        environments = request["environments"]
         target = make_target(request["target"])
         port_pipes = {}
         sys.stdout.flush()
-        for rank in range(layout.world_size):
+        for rank, environment in enumerate(environments):
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(write_end)
-                rank_main(target, rank, layout, workdir, read_end, request)  # never returns
+                rank_main(target, rank, environment, workdir, read_end, request)  # never returns
             os.close(read_end)
             try:
                 os.setpgid(pid, pid)  # the child does the same; whichever runs first wins
@@ -137,7 +161,7 @@ class Host:
             self.ranks[pid], port_pipes[rank] = rank, write_end
         import torch
 
-        self.store = torch.distributed.TCPStore("127.0.0.1", 0, layout.world_size, is_master=True,
+        self.store = torch.distributed.TCPStore("127.0.0.1", 0, len(environments), is_master=True,
                                                 wait_for_workers=False)
         for fd in port_pipes.values():
             os.write(fd, f"{self.store.port}\n".encode())
@@ -167,11 +191,19 @@ class Host:
         self.workdir = Path(request["workdir"])
         self.workers, self.last_scan = {}, 0.0
         sys.stdout.flush()
+        handing = None
         if any(options is not None for options in request["agents"]):
-            request["forkserver"] = f"autograder-{os.getpid()}-{os.urandom(8).hex()}"
+            request["forkserver"] = f"ranks-{os.getpid()}-{os.urandom(8).hex()}"
+            if request.get("planted"):  # the grader plants a fault once all is forked ("plant")
+                from ranks.faults import Plan, handing_pair
+
+                ours, handing = handing_pair()
+                self.plan = Plan(ours, self.say)
             self.forkserver = os.fork()
             if self.forkserver == 0:
-                forkserver_main(request)  # never returns
+                forkserver_main(request, handing)  # never returns
+            if handing is not None:
+                handing.close()
         for index, options in enumerate(request["agents"]):
             pid = os.fork()
             if pid == 0:
@@ -211,8 +243,8 @@ class Host:
             try:
                 key = (int(path.parent.name.removeprefix("attempt")), int(path.stem.removeprefix("rank")))
                 if key not in self.workers:
-                    self.workers[key] = int(path.read_text()[:20])
-            except (OSError, ValueError):
+                    self.workers[key] = int(_read_small(path))
+            except (OSError, ValueError, TypeError):
                 continue
         running = False
         for (attempt, rank), pid in list(self.workers.items()):
@@ -237,6 +269,9 @@ class Host:
             except ChildProcessError:
                 pass
             self.forkserver = 0
+        if self.plan is not None:
+            self.plan.close()
+            self.plan = None
         while self.agents:
             for pid, index in list(self.agents.items()):
                 try:
@@ -311,20 +346,7 @@ class Host:
                 break
 
 
-def make_target(spec: dict):
-    from autograder import exercises, rank
-
-    student = Path(spec["student"])
-    if spec["kind"] == "script":
-        return rank.script_target(student)
-    exercise = exercises.get(spec["exercise"])
-    return rank.function_target(student, exercise.harness, spec.get("params", {}), exercise.hidden,
-                                spec.get("companions"))
-
-
-def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: dict):
-    from autograder.launch import torchrun_environment
-
+def rank_main(target, rank: int, environment: dict, workdir: Path, port_fd: int, request: dict):
     code = 1
     try:
         _child_start(request.get("limits", {}), request.get("backend", "gloo"))
@@ -334,12 +356,13 @@ def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: d
         faulthandler.enable(file=sys.stderr, all_threads=False)  # a fatal signal leaves its stack in the log
         port = int(os.read(port_fd, 64).decode().strip() or 0)
         os.close(port_fd)
-        os.environ.update(torchrun_environment(layout, rank, port, request.get("backend") == "nccl"))
+        os.environ.update({str(k): str(v) for k, v in environment.items()})
+        os.environ.update(MASTER_PORT=str(port), TORCHELASTIC_RUN_ID=f"ranks-{os.getppid()}-{port}")
         os.chdir(workdir)
         import torch
 
         torch.set_num_threads(1)
-        target(rank, layout)
+        target()
         code = 0
     except SystemExit as exc:
         code = exit_code(exc)
@@ -355,7 +378,7 @@ def rank_main(target, rank: int, layout, workdir: Path, port_fd: int, request: d
 
 def agent_main(index: int, options: list[str] | None, request: dict):
     """One agent of a job, in a child of the host: torchrun's own main() with ``options``, its entry
-    point autograder.worker; or, with no options, the worker itself: the script under plain python."""
+    point ranks.worker; or, with no options, the worker itself: the script under plain python."""
     code = 1
     try:
         _child_start(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
@@ -369,7 +392,7 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         os.chdir(request["cwd"])
         entry = [str(request["script"]), *map(str, request.get("args", []))]
         if options is None:
-            from autograder import worker
+            from ranks import worker
 
             worker.main(entry)  # ends this process
         from torch.distributed.run import main as torchrun
@@ -378,8 +401,8 @@ def agent_main(index: int, options: list[str] | None, request: dict):
         Path(request["workdir"], f"agent{index}.ready").touch()
         os.environ["AUTOGRADER_AGENT_PID"] = str(os.getpid())  # the parent every worker must find (worker.py)
 
-        sys.argv = ["torchrun", *options, "-m", "autograder.worker", *entry]
-        torchrun([*options, "-m", "autograder.worker", *entry])
+        sys.argv = ["torchrun", *options, "-m", "ranks.worker", *entry]
+        torchrun([*options, "-m", "ranks.worker", *entry])
         code = 0
     except SystemExit as exc:
         code = exit_code(exc)
@@ -393,19 +416,19 @@ def agent_main(index: int, options: list[str] | None, request: dict):
             os._exit(code)
 
 
-def forkserver_main(request: dict):
+def forkserver_main(request: dict, handing):
     """The job's fork server, in a child of the host: torch and what the workers preload imported once,
-    each worker forked from here (forkserver.py)."""
+    each worker forked from here (forkserver.py); with ``handing``, each with a line to the host (faults.py)."""
     try:
         _child_start(request.get("limits", {}), request.get("env", {}).get("AUTOGRADER_BACKEND", "gloo"))
         output_to(Path(request["workdir"]) / "forkserver.log")
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # PYTHONSAFEPATH, as for any worker
-        from autograder import forkserver, trace, worker  # noqa: F401 (trace: imported once, here)
+        from ranks import forkserver, trace, worker  # noqa: F401 (trace: imported once, here)
 
         listener = forkserver.listen(request["forkserver"])
         worker.preload()
-        forkserver.serve(listener, lambda asked: worker.become(asked["argv"]))
+        forkserver.serve(listener, lambda asked: worker.become(asked["argv"], asked.get("line")), handing)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -414,11 +437,17 @@ def forkserver_main(request: dict):
 
 def _child_start(limits: dict, backend: str):
     """A rank or an agent, just forked: a process group of its own, dead with the host, default
-    signal handling, the limits, and nothing to read: the host's stdin carries the grader's requests."""
+    signal handling, the limits, and no way to the grader: the host's stdin carries the grader's
+    requests, and its answers go out through a descriptor of its own, closed here."""
     os.setpgid(0, 0)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    for fd in _GRADERS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -452,9 +481,23 @@ def _alive(pid: int) -> bool:
 def _exit_code(path: Path) -> int | None:
     """The exit code a worker wrote as it ended by itself; None if it did not (a signal ended it)."""
     try:
-        return int(path.read_text()[:12])
-    except (OSError, ValueError):
+        return int(_read_small(path))
+    except (ValueError, TypeError):
         return None
+
+
+def _read_small(path: Path, limit: int = 20) -> str | None:
+    """The first bytes of a regular file a worker wrote, never waiting on a pipe or following a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        return os.read(fd, limit).decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
 
 
 def _limit(limits: dict, backend: str):
@@ -468,63 +511,6 @@ def _limit(limits: dict, backend: str):
     if limits.get("processes"):
         n = int(limits["processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
-
-
-def export(path: str, out: Path) -> dict:
-    """A checkpoint as plain data: ``out``.npz holds its floating-point tensors; the answer says what
-    it held. A nested checkpoint ({"model": ..., "optimizer": {"state": {0: ...}}}) is flattened to
-    dotted names ("optimizer.state.0.exp_avg"); its other leaves (numbers, strings, lists of them)
-    come back as ``values``."""
-    import numpy as np
-    import torch
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        return {"error": "missing"}
-    except Exception as exc:
-        return {"error": f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
-    if not isinstance(state, dict):
-        return {"type": type(state).__name__}
-    tensors, values = {}, {}
-    _flatten(state, "", tensors, values)
-    names = list(tensors)[:_EXPORT_LIMIT]
-    np.savez(out, **{f"a{i}": tensors[n].detach().double().numpy() for i, n in enumerate(names)})
-    return {"type": "dict", "keys": [str(k) for k in state][:1000], "tensors": names,
-            "values": dict(list(values.items())[:_EXPORT_LIMIT])}
-
-
-_EXPORT_LIMIT = 1000  # names of one checkpoint exported
-_EXPORT_DEPTH = 8  # levels of nesting walked: "optimizer.state.0.exp_avg" is three
-
-
-def _flatten(value, prefix: str, tensors: dict, values: dict):
-    import torch
-
-    if len(tensors) + len(values) >= _EXPORT_LIMIT:
-        return
-    if prefix.count(".") >= _EXPORT_DEPTH and isinstance(value, (dict, list, tuple)):
-        values[prefix] = f"<{type(value).__name__} nested deeper than {_EXPORT_DEPTH}>"  # not walked, not repr'd
-        return
-    if type(value).__name__ == "DTensor":  # one rank's shard of a distributed tensor: said, not read
-        local = getattr(value, "_local_tensor", None)
-        values[prefix] = {"DTensor": list(value.shape), "local": list(local.shape) if local is not None else None}
-        return
-    if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point:
-            tensors[prefix] = value
-        return
-    if isinstance(value, dict):
-        for key, item in list(value.items())[:_EXPORT_LIMIT]:
-            _flatten(item, f"{prefix}.{key}" if prefix else str(key), tensors, values)
-        return
-    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple, torch.Tensor)) for v in value):
-        for k, item in enumerate(value[:_EXPORT_LIMIT]):
-            _flatten(item, f"{prefix}.{k}", tensors, values)
-        return
-    from autograder.trace import plain
-
-    values[prefix] = plain(value)
 
 
 def _others_in_namespace() -> bool:

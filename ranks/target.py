@@ -1,15 +1,32 @@
-"""What runs inside each rank: instrument, run the student's code, save the trace."""
+"""What runs inside each rank: instrument, run the student's code, save the trace.
+
+A launch's target says what each rank runs (the host's "launch" request):
+
+    {"kind": "function", "student": PATH, "exercise": "2.4", "params": {...}, "companions": {...}}
+        the student's module, imported, handed to the exercise's harness (ranks.exercises.ex2_4)
+    {"kind": "script", "student": PATH}
+        the whole module run as ``__main__``, as torchrun runs a script
+"""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import runpy
 import sys
 from pathlib import Path
 from typing import Callable
 
-from autograder import trace
-from autograder.launch import Layout
+from ranks import trace
+from ranks.rig import Place
+
+
+def make_target(spec: dict) -> Callable[[], None]:
+    student = Path(spec["student"])
+    if spec["kind"] == "script":
+        return script_target(student)
+    harness = importlib.import_module(f"ranks.exercises.ex{spec['exercise'].replace('.', '_')}").harness
+    return function_target(student, harness, spec.get("params", {}), spec.get("hidden", ()), spec.get("companions"))
 
 
 def load_module(path: Path, name: str = "student"):
@@ -20,16 +37,17 @@ def load_module(path: Path, name: str = "student"):
     return module
 
 
-def function_target(student: Path, harness: Callable, params: dict, hidden: tuple[str, ...] = (),
-                    companions: dict[str, str] | None = None):
+def function_target(student: Path, harness: Callable, params: dict, hidden=(), companions: dict[str, str] | None = None):
     """A launch target that imports the student's module and hands it to the exercise's harness.
 
-    With ``companions`` (exercise id -> the student's module of that exercise) the harness is also
+    The modules ``hidden`` cannot be imported (where there is a sandbox, their files are not even
+    in it: see the grader's sandbox.py). With ``companions`` (exercise id -> the student's module of that exercise) the harness is also
     given them, imported, as ``companions``: a module, or why it could not be imported.
     """
 
-    def target(rank: int, layout: Layout):
-        rec = trace.Recorder(Path.cwd(), rank)
+    def target():
+        place = Place.from_environment()
+        rec = trace.Recorder(Path.cwd(), place.rank)
         trace.install(rec)
         for name in hidden:
             _hide(name)
@@ -38,7 +56,7 @@ def function_target(student: Path, harness: Callable, params: dict, hidden: tupl
             module = load_module(student)
             given = params if companions is None else {
                 **params, "companions": {i: _imported(Path(p)) for i, p in companions.items()}}
-            rec.result = trace.plain(harness(module, rank, layout, rec, **given))
+            rec.result = trace.plain(harness(module, place, rec, **given))
         except BaseException as exc:
             rec.fail(exc)
             raise
@@ -57,7 +75,7 @@ def _imported(path: Path):
 
 
 def _hide(name: str):
-    """Make `import name` fail in this rank, even where the grader imported it before forking."""
+    """Make `import name` fail in this rank, also where the host imported it before forking."""
     sys.modules[name] = None
     parent, _, child = name.rpartition(".")
     if parent in sys.modules and hasattr(sys.modules[parent], child):
@@ -67,8 +85,8 @@ def _hide(name: str):
 def script_target(student: Path):
     """A launch target that runs a whole script as torchrun would: as __main__, argv[0] the script."""
 
-    def target(rank: int, layout: Layout):
-        rec = trace.Recorder(Path.cwd(), rank)
+    def target():
+        rec = trace.Recorder(Path.cwd(), Place.from_environment().rank)
         trace.install(rec)
         sys.argv = [str(student)]
         try:

@@ -1,7 +1,7 @@
 """What each worker of a graded torchrun job runs: install the trace, then the student's script.
 
-The grader starts ``torchrun [the job's options] -m autograder.worker SCRIPT ARGS...`` (or, for a
-launch without torchrun, ``python -m autograder.worker SCRIPT ARGS...``). Each worker that torchrun
+The grader starts ``torchrun [the job's options] -m ranks.worker SCRIPT ARGS...`` (or, for a
+launch without torchrun, ``python -m ranks.worker SCRIPT ARGS...``). Each worker that torchrun
 starts finds its place in the environment torchrun gave it (RANK, TORCHELASTIC_RESTART_COUNT, ...),
 writes to its own files under ``$AUTOGRADER_TRACE/attempt<K>/``, and then runs the script as
 ``python SCRIPT ARGS...`` would: as ``__main__``, its directory first on ``sys.path``.
@@ -19,9 +19,11 @@ Under torchrun, the process the agent starts is only a stand-in when the job has
 The agent runs workers with PYTHONSAFEPATH set, so that neither the work directory nor anything a
 previous attempt wrote there can stand in for this module.
 
-A job may ask for a fault (AUTOGRADER_FAULT, JSON): the worker of one rank in one attempt kills
-itself with SIGKILL after its n-th optimizer step, or in the middle of writing its n-th file with
-torch.save (half the bytes written). That is a real SIGKILL, the way a lost machine ends a worker.
+A job may plant a fault: the worker of one rank in one attempt kills itself with SIGKILL after its
+n-th optimizer step, or in the middle of writing its n-th file with torch.save (half the bytes
+written). That is a real SIGKILL, the way a lost machine ends a worker. Only the job's fork server
+holds the plan, and arms it in that one worker as it forks it: no environment variable, file or other
+worker tells where it lands.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import io
-import json
 import os
 import signal
 import sys
 from pathlib import Path
 
-from autograder.host import exit_code, output_to
+from ranks.host import exit_code, output_to
 
 PR_SET_PDEATHSIG = 1
 
@@ -44,14 +45,15 @@ def main(argv: list[str]) -> int:
     _die_with_parent()
     server = os.environ.get("AUTOGRADER_FORKSERVER")
     if server and "RANK" in os.environ:
-        from autograder.forkserver import stand_in
+        from ranks.forkserver import stand_in
 
         stand_in(server, argv)  # ends this process as the warm worker ends, if the server answers
     become(argv)
 
 
-def become(argv: list[str]):
-    """Be the worker: files of this rank and attempt, the trace, the script. Ends the process."""
+def become(argv: list[str], line=None):
+    """Be the worker: files of this rank and attempt, the trace, the script. Ends the process.
+    ``line``: where to ask before going on after each step and save, in a job that plants a fault (faults.py)."""
     rank = int(os.environ.get("RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     folder = Path(os.environ["AUTOGRADER_TRACE"]) / f"attempt{attempt}"
@@ -65,19 +67,19 @@ def become(argv: list[str]):
     output_to(folder / f"rank{rank}.log")
     faulthandler.register(signal.SIGUSR1, file=open(folder / f"rank{rank}.stack", "w"), all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=False)
-    code = run(argv[0], argv[1:], folder, rank, attempt)
+    code = run(argv[0], argv[1:], folder, rank, attempt, line)
     sys.stdout.flush()
     sys.stderr.flush()
     (folder / f"rank{rank}.exit").write_text(str(code))
     os._exit(code)
 
 
-def run(script: str, args: list[str], folder: Path, rank: int, attempt: int) -> int:
+def run(script: str, args: list[str], folder: Path, rank: int, attempt: int, line=None) -> int:
     import runpy
 
     import torch
 
-    from autograder import trace
+    from ranks import trace
 
     torch.set_num_threads(1)
     _preload()
@@ -86,7 +88,8 @@ def run(script: str, args: list[str], folder: Path, rank: int, attempt: int) -> 
     rec.event("worker", attempt=attempt, pid=os.getpid(),
               env={k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                                   "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT", "AUTOGRADER_AGENT")})
-    _plan_fault(rec, rank, attempt)
+    if line is not None:
+        _ask_at_checkpoints(rec, line)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     code = 0
@@ -134,51 +137,39 @@ def preload():
             pass
 
 
-def _plan_fault(rec, rank: int, attempt: int):
-    """Arm the fault this job asks for, if it is this worker's."""
-    try:
-        fault = json.loads(os.environ.get("AUTOGRADER_FAULT") or "null")
-    except ValueError:
-        fault = None
-    if not isinstance(fault, dict) or (fault.get("rank"), fault.get("attempt", 0)) != (rank, attempt):
-        return
-    n, counted = int(fault.get("n", 1)), {"step": 0, "save": 0}
+def _ask_at_checkpoints(rec, sock):
+    """Stop after each optimizer step, and halfway through writing each file, to ask the host whether
+    to go on: where the job's fault lands, the host kills this worker (faults.py)."""
+    from ranks.faults import Line
 
-    def due(kind: str) -> bool:
-        if fault.get("when") != kind:
-            return False
-        counted[kind] += 1
-        return counted[kind] == n
-
-    def after_step():
-        if due("step"):
-            rec.event("fault", when="step", n=n)
-            _kill_self()
+    line = Line(sock)
 
     def save(original, obj, f, args, kwargs):
-        if not due("save"):
-            return original(obj, f, *args, **kwargs)
         whole = io.BytesIO()
         original(obj, whole, *args, **kwargs)
-        half = whole.getvalue()[: len(whole.getvalue()) // 2]
+        data = whole.getvalue()
         if isinstance(f, (str, os.PathLike)):
             with open(f, "wb") as out:
-                out.write(half)
-                out.flush()
-                os.fsync(out.fileno())
+                _halves(out, data, line)
         else:
-            f.write(half)
-            f.flush()
-        rec.event("fault", when="save", n=n, path=os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else None)
-        _kill_self()
+            _halves(f, data, line)
 
-    rec.on_step, rec.on_save = after_step, save
+    rec.on_step, rec.on_save = lambda: line.ask("step"), save
 
 
-def _kill_self():
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
+def _halves(out, data: bytes, line):
+    """``data`` written in two halves, the first one on disk when the worker asks the host."""
+    half = len(data) // 2
+    out.write(data[:half])
+    out.flush()
+    try:
+        fd = out.fileno() if hasattr(out, "fileno") else None
+    except (OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if fd is not None:
+        os.fsync(fd)
+    line.ask("save", fd)
+    out.write(data[half:])
 
 
 def _die_with_parent():

@@ -1,0 +1,61 @@
+"""Exercise 1.1's harness: broadcast_parameters(model), then average_gradients(model) each step."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddpcourse import make_model
+from ddpcourse.given.ex1_1 import LR, STEPS, shard, start_seed
+from ranks.rig import join_group, raised
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+def _flat_grads(model) -> torch.Tensor:
+    return _flat(p.grad if p.grad is not None else torch.full_like(p, float("nan")) for p in model.parameters())
+
+
+def harness(student, place, rec, seed, **_):
+    join_group()
+    rank, w = place.rank, place.world_size
+    model = make_model(start_seed(seed, rank))
+    student.broadcast_parameters(model)
+    rec.keep("after broadcast_parameters", _flat(model.parameters()))
+    for step in range(STEPS):
+        x, y = shard(seed, step, w, rank)
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        student.average_gradients(model)
+        rec.keep(f"gradients at step {step}", _flat_grads(model))
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p -= LR * p.grad
+        rec.keep(f"parameters after step {step}", _flat(model.parameters()))
+    frozen = _with_a_frozen_parameter(student, model, *shard(seed, 0, w, rank))
+    dist.barrier()  # leave together: see rig.join_group
+    dist.destroy_process_group()
+    return {"frozen": frozen}
+
+
+def _with_a_frozen_parameter(student, model, x, y) -> str | None:
+    """What went wrong when one parameter has no gradient (it is frozen), or None.
+
+    Frozen the same way on every rank, so every rank fails at the same point if it fails at all,
+    and the collectives stay matched for the rest of the run.
+    """
+    frozen = model.net[0].bias
+    frozen.requires_grad_(False)
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    try:
+        student.average_gradients(model)
+    except Exception as exc:
+        return f"raised {raised(exc)}"
+    if frozen.grad is not None and torch.count_nonzero(frozen.grad):
+        return "gave the frozen parameter (net.0.bias) a gradient that is not zero"
+    return None
