@@ -40,8 +40,8 @@ def exhausted(worlds: list[WorldRun]) -> str:
                         f"used more than {limits.memory_mb} MB in all, and the kernel killed one of them")
         if world.disk_full:
             said.append(f"{world.label}: no space left for files: the submission filled its work directory "
-                        f"({limits.work_mb} MB) or /tmp ({limits.tmp_mb} MB), so whatever it wrote next, its own "
-                        "output and trace included, was lost")
+                        f"({limits.work_mb} MB), /tmp or /dev/shm ({limits.tmp_mb} MB each), so whatever it wrote "
+                        "next, its own output and trace included, was lost")
     return "\n".join(said)
 
 

@@ -384,7 +384,7 @@ def grade_each(exercise_ids: list[str], path: str | Path, world_sizes: list[int]
     """Several exercises of one submission (a notebook), served by one grader's hosts, as its notebook
     would be. An exercise the grader fails on is told in its own report; the others go on."""
     with Hosts(sandbox_setting) as hosts:
-        launched = [i for i in exercise_ids if exercises.kind(i) != "answers"]
+        launched = [i for i in exercise_ids if i in exercises.ids() and i not in exercises.CONCEPT_CHECKS]
         if len(launched) > 1:
             try:  # every module the exercises need, imported once by the host most of them use, while this
                 hosts.get().prepare(exercises.warm_imports(launched))  # process imports torch

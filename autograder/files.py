@@ -300,6 +300,25 @@ def remove_tree(path: Path):
         pass
 
 
+def gone(name: str, prefix: str) -> bool:
+    """Whether the process whose pid follows ``prefix`` in ``name`` (``<prefix><pid>-...``) has ended."""
+    try:
+        os.kill(int(name.removeprefix(prefix).split("-")[0]), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, OSError):
+        return False
+    return False
+
+
+def remove_stale(parent: Path, prefix: str):
+    """What graders that are gone left in ``parent`` (killed before they could remove it), named
+    ``<prefix><pid>-...``."""
+    for path in parent.glob(f"{prefix}*"):
+        if gone(path.name, prefix):
+            remove_tree(path)
+
+
 def remove_in(folder: Folder, name: str):
     """Remove ``name`` from ``folder``, a directory as ``remove_tree`` removes one."""
     top = _open_dir(folder.fd, name)

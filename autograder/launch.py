@@ -194,17 +194,6 @@ class HostFailed(Exception):
     """The rank host could not start or stopped answering."""
 
 
-def remove_stale_roots(parent: Path):
-    """Roots of rank hosts whose grader is gone (killed before it could remove them)."""
-    for path in parent.glob(f"{ROOT_PREFIX}*"):
-        try:
-            os.kill(int(path.name.removeprefix(ROOT_PREFIX).split("-")[0]), 0)
-        except ProcessLookupError:
-            files.remove_tree(path)
-        except (ValueError, PermissionError, OSError):
-            continue
-
-
 class RankHost:
     """The grader's side of one rank host: start it, give it code, ask it to launch, watch, stop it."""
 
@@ -213,13 +202,13 @@ class RankHost:
         self.sandbox = sandbox.fresh() if sandbox else None
         self.hidden = tuple(hidden)
         self.limits = limits or Limits.from_environment()
-        remove_stale_roots(Path(parent or tempfile.gettempdir()))
+        files.remove_stale(Path(parent or tempfile.gettempdir()), ROOT_PREFIX)
         self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))  # the grader's alone
         self.code = self.root / "code"  # what the ranks run: written by the grader only
         self.code.mkdir(mode=0o755)
         self.group, self.unlimited = None, ""  # the control group, or why there is none
         self.work: files.Folder | None = None
-        self.tmp: files.Folder | None = None  # the sandbox's /tmp, emptied after each grading
+        self.scratch: list[files.Folder] = []  # the sandbox's /tmp and /dev/shm, emptied after each grading
         self.buffer, self.unprepared, self.broken = b"", 0, ""
         self.oom_seen = 0
         command = [sys.executable, "-I", "-c", BOOT, str(package_dir("ranks").parent)]
@@ -266,13 +255,14 @@ class RankHost:
         info = files.parse_json(raw)
         if not isinstance(info, dict) or not isinstance(info.get("child-pid"), int):
             raise HostFailed("bubblewrap did not say which process runs the sandbox")
+        root = f"/proc/{info['child-pid']}/root"
         try:
-            fd = os.open(f"/proc/{info['child-pid']}/root{WORK}", os.O_RDONLY | os.O_DIRECTORY)
-            self.tmp = files.Folder(PurePosixPath("/tmp"),
-                                    os.open(f"/proc/{info['child-pid']}/root/tmp", os.O_RDONLY | os.O_DIRECTORY))
+            folders = [files.Folder(PurePosixPath(inside), os.open(f"{root}{inside}", os.O_RDONLY | os.O_DIRECTORY))
+                       for inside in (WORK, "/tmp", "/dev/shm")]
         except OSError as exc:
             raise HostFailed(f"the sandbox's work directory cannot be opened: {exc.strerror}") from None
-        return files.Folder(PurePosixPath(WORK), fd)
+        self.scratch = folders[1:]
+        return folders[0]
 
     @property
     def inside(self) -> PurePosixPath:
@@ -386,9 +376,9 @@ class RankHost:
         return new
 
     def disk_full(self) -> bool:
-        """Whether the sandbox's work directory or /tmp has no room left (under 1 MB)."""
+        """Whether the sandbox's work directory, /tmp or /dev/shm has no room left (under 1 MB)."""
         full = False
-        for folder in (self.work, self.tmp) if self.sandbox else ():
+        for folder in [self.work, *self.scratch] if self.sandbox else ():
             try:
                 info = os.fstatvfs(folder.fd)
                 full = full or info.f_bavail * info.f_frsize < (1 << 20)
@@ -397,11 +387,11 @@ class RankHost:
         return full
 
     def clear(self, grading: Directory):
-        """What one grading left: its directory, and whatever its ranks wrote in the sandbox's /tmp."""
+        """What one grading left: its directory, and whatever its ranks wrote in the sandbox's /tmp and /dev/shm."""
         grading.close()
         files.remove_in(self.work, grading.inside.name)
-        if self.tmp is not None:
-            files.empty(self.tmp)
+        for folder in self.scratch:
+            files.empty(folder)
 
     def export(self, path: str, out: Directory, name: str, within: PurePosixPath) -> dict:
         """A checkpoint the ranks saved at ``path`` (in ``within``, or the sandbox's /tmp), read back by the host
@@ -432,10 +422,10 @@ class RankHost:
         self.errors.close()
         if self.info is not None:
             os.close(self.info)
-        for folder in (self.work, self.tmp):
+        for folder in [self.work, *self.scratch]:
             if folder is not None:
                 folder.close()
-        self.work = self.tmp = None
+        self.work, self.scratch = None, []
         if self.group is not None:
             self.group.remove()
         files.remove_tree(self.root)

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.files import gone
+
 PREFIX = "autograder-"
 _made = itertools.count()
 
@@ -138,13 +140,8 @@ def remove_stale():
         except OSError:
             continue
         for path in names:
-            try:
-                owner = int(path.name.removeprefix(PREFIX).split("-")[0])
-                os.kill(owner, 0)
-            except ProcessLookupError:
+            if gone(path.name, PREFIX):
                 Group([path], 0).remove()
-            except (ValueError, PermissionError, OSError):
-                continue
 
 
 def _write_if_there(path: Path, value: str):

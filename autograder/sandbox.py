@@ -12,7 +12,7 @@ What a submission's ranks get (see README, "What a submission can and cannot do"
   temporary directories and everything else on the machine are simply not there;
 - two writable file systems in memory, capped in size: ``/work``, where the launches write, and
   ``/tmp``; and ``/grading/code``, the grader's directory of the code to run, read-only;
-- a minimal /dev, plus the GPU device nodes the machine has (nccl ranks need them; gloo ranks
+- a minimal /dev, with a /dev/shm of its own (in memory, capped like /tmp), plus the GPU device nodes the machine has (nccl ranks need them; gloo ranks
   are launched with CUDA_VISIBLE_DEVICES empty, so CUDA does not use them);
 - an unprivileged user, no capabilities, no new privileges: when the grader runs as root, a
   user id of its own, unused by anyone else, so that the process limit of one submission (a
@@ -83,6 +83,7 @@ class Sandbox:
         for node in gpu_device_nodes():
             args += ["--dev-bind", str(node), str(node)]
         args += ["--perms", "01777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
+        args += ["--perms", "01777", "--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]  # DataLoader's workers
         args += ["--size", str(work_mb << 20), "--tmpfs", WORK]  # root's; the grader makes what the ranks write in
         args += ["--ro-bind", str(code), CODE, "--ro-bind", str(hosts), "/etc/hosts", "--hostname", HOSTNAME]
         args += ["--clearenv", *_kept_environment(), "--setenv", "TMPDIR", "/tmp", "--setenv", "HOME", "/tmp"]

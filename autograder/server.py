@@ -48,7 +48,7 @@ def serve(root: Path) -> int:
     from autograder import engine, files
     from autograder.source import UsageError
 
-    remove_stale_roots(root.parent)
+    files.remove_stale(root.parent, ROOT_PREFIX)
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not break the protocol
     hosts = engine.Hosts(engine.sandbox_mode(), parent=root)  # this kernel's rank hosts
@@ -145,20 +145,6 @@ def kernel_prefix(pid: int) -> str:
 def new_root() -> Path:
     """The work directory of one kernel's grader."""
     return Path(tempfile.mkdtemp(prefix=kernel_prefix(os.getpid())))
-
-
-def remove_stale_roots(parent: Path):
-    """Work directories of kernels that are gone (killed before they could clean up)."""
-    from autograder.files import remove_tree
-
-    for path in parent.glob(f"{ROOT_PREFIX}*"):
-        try:
-            pid = int(path.name.removeprefix(ROOT_PREFIX).split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)
-        except (ValueError, PermissionError):
-            continue
 
 
 class WarmGrader:

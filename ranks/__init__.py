@@ -6,7 +6,8 @@
 - ``target.py``: what a forked rank runs: the trace installed, then the student's module handed to
   its exercise's harness (``exercises/exL_N.py``), or a whole script run as ``__main__``;
 - ``trace.py``: the ranks' half of the trace, the events and arrays each rank writes;
-- ``worker.py`` and ``forkserver.py``: every worker of a torchrun job, forked warm;
+- ``worker.py`` and ``forkserver.py``: every worker of a torchrun job, forked warm; ``faults.py``:
+  where 4.2's fault lands, decided by the rank host alone;
 - ``rig.py``: what the harnesses share (the process group, the device, where the rank is).
 
 This package imports nothing from ``autograder``, the judge: the sandbox does not even show it.

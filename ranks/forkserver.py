@@ -31,7 +31,7 @@ import socket
 import sys
 import time
 
-from ranks.host import PR_SET_PDEATHSIG, _prctl, _signal
+from ranks.host import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, _prctl, _signal
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2)
 
@@ -121,6 +121,7 @@ def _worker(request: dict, become):
     try:
         os.setpgid(0, 0)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the server
+        _prctl(PR_SET_DUMPABLE, 1)  # as a worker started cold is; the server itself stays out of reach
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any fresh interpreter
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)

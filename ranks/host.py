@@ -24,8 +24,8 @@ The host has imported torch once, so each rank is *forked* from it in a few mill
 A forked rank leads a process group of its own and dies with the host; keeps none of the host's
 descriptors to the grader; sends its output to ``rank<N>.log`` and its Python stack to
 ``rank<N>.stack`` on SIGUSR1; sets the variables torchrun sets; runs the target; and leaves with
-``os._exit``. The host is not dumpable, and neither is anything forked from it, so no rank can
-trace it or read its memory.
+``os._exit``. The host is not dumpable, nor are the agents and the fork server it forks, so no rank
+can trace them or read their memory; the ranks and workers are, as any process is.
 
 Nothing the host says is trusted: it runs beside the submission, which can kill it. The grader only
 takes the exit codes from it to explain failures, and reads what the ranks recorded as capped
@@ -350,6 +350,7 @@ def rank_main(target, rank: int, environment: dict, workdir: Path, port_fd: int,
     code = 1
     try:
         _child_start(request.get("limits", {}), request.get("backend", "gloo"))
+        _prctl(PR_SET_DUMPABLE, 1)  # as any process: the ranks may trace each other (nccl's IPC does), never the host
         output_to(workdir / f"rank{rank}.log")
         stack_file = open(workdir / f"rank{rank}.stack", "w")
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)

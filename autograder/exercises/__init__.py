@@ -102,9 +102,12 @@ def ids() -> list[str]:
     return list(MODULES)
 
 
-def kind(exercise_id: str) -> str:
-    """"answers" for a concept check; else what the exercise's module says, once imported."""
-    return "answers" if exercise_id in CONCEPT_CHECKS else get(exercise_id).kind
+def kind(exercise_id: str) -> str | None:
+    """"answers" for a concept check, without importing it; else what the exercise's module says (None: no such exercise)."""
+    if exercise_id in CONCEPT_CHECKS:
+        return "answers"
+    exercise = get(exercise_id)
+    return exercise.kind if exercise else None
 
 
 def hidden(exercise_id: str) -> tuple[str, ...]:
