@@ -109,7 +109,10 @@ def gate(exercise, runs: Runs) -> str | None:
         return ("Nothing can be judged: the submission replaced the grader's instrumentation "
                 f"({'; '.join(tampered[:3])}).")
     done = runs.completed()  # a launch that crashed is told as a crash, not as work not done
-    idle = exercise.work(done) if exercise.work and done.worlds else None
+    try:
+        idle = exercise.work(done) if exercise.work and done.worlds else None
+    except Exception as exc:  # the record of the work is the submission's: malformed, it shows none
+        idle = f"what the ranks recorded of their work could not be read ({type(exc).__name__})"
     return f"Nothing to grade: {idle}." if idle else None
 
 

@@ -172,7 +172,7 @@ def _grade_code(exercise_id, code, path, world_sizes, seed, timeout, backend, ho
     itself is told in a report of this exercise, never raised past it (the other exercises go on)."""
     host = None
     try:
-        if exercises.kind(exercise_id) == "answers":
+        if exercise_id in exercises.CONCEPT_CHECKS:  # known without importing it (and torch)
             return _grade_answers(exercises.get(exercise_id), code)
         host = hosts.get(exercises.hidden(exercise_id))  # it imports torch while this process does the same
         exercise = exercises.get(exercise_id)  # imports torch
@@ -269,8 +269,6 @@ def _own_cells(exercise, path: Path, code_dir: Path, code_inside) -> dict[str, s
 
 def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend, seed, timeout, progress, jobs=(),
            own_cells=None) -> Report:
-    from autograder.checks import Runs, gate, judge_all
-    from autograder.diagnosis import describe_problem, exhausted
     from autograder.evidence import load
 
     def report(checks, problem="", not_started=False):
@@ -305,13 +303,32 @@ def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend
     own = None
     if own_cells and all(w.complete for w in worlds):
         own = _launch_own_cells(exercise, host, {**target, "companions": own_cells}, grading, backend, timeout, progress)
+    return verdict(exercise, worlds, own, backend, sizes, seed, student)
+
+
+def verdict(exercise, worlds, own, backend: str, sizes, seed: int, student) -> Report:
+    """The report on what the launches left: every check judged, then what to say of them. All of it
+    was written by the submission: a part that cannot make sense of it says so, and the rest stands."""
+    from autograder.checks import Runs, gate, judge_all
+    from autograder.diagnosis import describe_problem, exhausted
+
     runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)}, own)
     checks = judge_all(exercise, runs)
+    unreadable = "What the ranks recorded of how the launches ended could not be read ({})."
     # the bugs left first, then what the submission ran out of, then a crash, then why nothing counts
-    problems = (exercise.tally(checks), exhausted(worlds), describe_problem(worlds, student), gate(exercise, runs))
-    done = report(checks, "\n\n".join(p for p in problems if p))
-    done.timeline = _timeline(exercise, worlds)
+    problems = (exercise.tally(checks), exhausted(worlds),
+                _or(unreadable, describe_problem, worlds, student), gate(exercise, runs))
+    done = Report(exercise.id, exercise.title, backend, sizes, checks, "\n\n".join(p for p in problems if p))
+    done.timeline = _or(None, _timeline, exercise, worlds)
     return done
+
+
+def _or(fallback, function, *args):
+    """``function(*args)``, or ``fallback`` (with the error's type) when what the ranks wrote makes it fail."""
+    try:
+        return function(*args)
+    except Exception as exc:
+        return fallback.format(type(exc).__name__) if isinstance(fallback, str) else fallback
 
 
 # Seconds for the launch of the student's other cells: one small step each, which a cell stuck in a

@@ -284,20 +284,13 @@ def remove_tree(path: Path):
     """Remove a directory, whatever was made of it: links (never followed, only removed), any depth,
     any permissions."""
     try:
-        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return
+        parent = Folder(path.parent)
     except OSError:
-        _unlink(path.name, None, path)
         return
     try:
-        _empty(top)
+        remove_in(parent, path.name)
     finally:
-        os.close(top)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+        parent.close()
 
 
 def gone(name: str, prefix: str) -> bool:
@@ -320,7 +313,8 @@ def remove_stale(parent: Path, prefix: str):
 
 
 def remove_in(folder: Folder, name: str):
-    """Remove ``name`` from ``folder``, a directory as ``remove_tree`` removes one."""
+    """Remove ``name`` from ``folder``: a file, a link (never followed), or a directory of any depth and
+    any permissions."""
     top = _open_dir(folder.fd, name)
     if top is None:
         _unlink(name, folder.fd)
@@ -432,16 +426,15 @@ def _chmod(parent: int, name: str):
         os.close(fd)
 
 
-def _unlink(name: str, parent: int | None, path: Path | None = None):
+def _unlink(name: str, parent: int):
     try:
-        os.unlink(path if parent is None else name, dir_fd=parent)
+        os.unlink(name, dir_fd=parent)
     except PermissionError:
-        if parent is not None:
-            try:
-                os.fchmod(parent, 0o700)
-                os.unlink(name, dir_fd=parent)
-            except OSError:
-                pass
+        try:
+            os.fchmod(parent, 0o700)
+            os.unlink(name, dir_fd=parent)
+        except OSError:
+            pass
     except OSError:
         pass
 
