@@ -329,12 +329,12 @@ def remove_in(folder: Folder, name: str):
         pass
 
 
-def empty(folder: Folder):
-    """Everything in ``folder`` removed, the folder kept."""
-    _empty(folder.fd)
+def empty(folder: Folder, keep: frozenset[str] = frozenset()):
+    """Everything in ``folder`` removed but the names in ``keep``, the folder kept."""
+    _empty(folder.fd, keep)
 
 
-def _empty(top: int):
+def _empty(top: int, keep: frozenset[str] = frozenset()):
     """Iterative, one descriptor at a time: every directory found is first moved up to the top with a
     name of its own, then emptied and removed."""
     pending: list[str | None] = [None]
@@ -345,6 +345,8 @@ def _empty(top: int):
             continue
         try:
             for entry in _entries(here):
+                if here == top and entry in keep:
+                    continue
                 if _is_dir(here, entry):
                     moved = _move_up(here, entry, top)
                     if moved:

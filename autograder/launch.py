@@ -50,7 +50,7 @@ from pathlib import Path, PurePosixPath
 
 from autograder import files
 from autograder.limits import Group, Limits
-from autograder.sandbox import CODE, HOSTS, WORK, package_dir
+from autograder.sandbox import CODE, HOSTS, SCRATCH, WORK, mounted_in, package_dir
 
 
 @dataclass
@@ -209,6 +209,7 @@ class RankHost:
         self.group, self.unlimited = None, ""  # the control group, or why there is none
         self.work: files.Folder | None = None
         self.scratch: list[files.Folder] = []  # the sandbox's /tmp and /dev/shm, emptied after each grading
+        self.mounts: dict[str, frozenset[str]] = {}  # in each, what the sandbox shows there: never emptied
         self.buffer, self.unprepared, self.broken = b"", 0, ""
         self.oom_seen = 0
         command = [sys.executable, "-I", "-c", BOOT, str(package_dir("ranks").parent)]
@@ -258,10 +259,11 @@ class RankHost:
         root = f"/proc/{info['child-pid']}/root"
         try:
             folders = [files.Folder(PurePosixPath(inside), os.open(f"{root}{inside}", os.O_RDONLY | os.O_DIRECTORY))
-                       for inside in (WORK, "/tmp", "/dev/shm")]
+                       for inside in (WORK, *SCRATCH)]
         except OSError as exc:
             raise HostFailed(f"the sandbox's work directory cannot be opened: {exc.strerror}") from None
         self.scratch = folders[1:]
+        self.mounts = {inside: mounted_in(inside, self.hidden) for inside in SCRATCH}
         return folders[0]
 
     @property
@@ -391,7 +393,7 @@ class RankHost:
         grading.close()
         files.remove_in(self.work, grading.inside.name)
         for folder in self.scratch:
-            files.empty(folder)
+            files.empty(folder, keep=self.mounts[str(folder.path)])
 
     def export(self, path: str, out: Directory, name: str, within: PurePosixPath) -> dict:
         """A checkpoint the ranks saved at ``path`` (in ``within``, or the sandbox's /tmp), read back by the host

@@ -62,6 +62,8 @@ def exercise_magic(shell, line: str, cell: str) -> None:
               f"ID one of {known}")
         return
     _cells[ex.id] = cell
+    if exercises.views_near(ex.id):  # a lesson graded in a view of its own: have its host ready for the check
+        _warm_grader().warm_up(ex.id)
     if ex.kind == "script":
         print(f"Exercise {ex.id} is a whole script: it is not run here. Run the check cell below to run it "
               "on several processes, as torchrun would.")

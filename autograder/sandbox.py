@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 WORK = "/grading/work"  # inside the sandbox: the launches' directories, a tmpfs
+SCRATCH = ("/tmp", "/dev/shm")  # inside the sandbox: tmpfs of its own, emptied after each grading
 CODE = "/grading/code"  # inside the sandbox: the code the ranks run, the grader's, read-only
 FIRST_UID = 1_000_000  # user ids given to sandboxes: one per rank host, from the grader's pid
 _hosts_started = itertools.count()
@@ -74,16 +75,18 @@ class Sandbox:
         args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--new-session"]
         if not self.drop_privileges:
             args += ["--unshare-user", *(["--disable-userns"] if self.no_nested_users else [])]
+        # The scratch file systems first: what is shown from under them (a course cloned in /tmp) is
+        # mounted on top of them, not hidden by them.
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        for scratch in SCRATCH:  # /dev/shm: DataLoader's workers
+            args += ["--perms", "01777", "--size", str(tmp_mb << 20), "--tmpfs", scratch]
         options = shown(hidden)
         for parent in _parents([o[-1] for o in options if "--symlink" not in o] + [WORK, CODE]):
             args += ["--perms", "0755", "--dir", parent]  # else bubblewrap makes them 0700: root's alone
         for option in options:
             args += option
-        args += ["--proc", "/proc", "--dev", "/dev"]
         for node in gpu_device_nodes():
             args += ["--dev-bind", str(node), str(node)]
-        args += ["--perms", "01777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
-        args += ["--perms", "01777", "--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]  # DataLoader's workers
         args += ["--size", str(work_mb << 20), "--tmpfs", WORK]  # root's; the grader makes what the ranks write in
         args += ["--ro-bind", str(code), CODE, "--ro-bind", str(hosts), "/etc/hosts", "--hostname", HOSTNAME]
         args += ["--clearenv", *_kept_environment(), "--setenv", "TMPDIR", "/tmp", "--setenv", "HOME", "/tmp"]
@@ -124,6 +127,14 @@ def shown(hidden: tuple[str, ...] = ()) -> list[list[str]]:
     for name in SHOWN_PACKAGES:
         options += _package(package_dir(name), [h.split(".")[1:] for h in hidden if h.split(".")[0] == name])
     return options
+
+
+def mounted_in(scratch: str, hidden: tuple[str, ...] = ()) -> frozenset[str]:
+    """The names in a scratch directory (/tmp) under which the sandbox shows something, where the
+    course lies under it: the grader empties that directory after each grading, all but these."""
+    top = Path(scratch)
+    return frozenset(Path(o[-1]).relative_to(top).parts[0] for o in shown(hidden)
+                     if top in Path(o[-1]).parents)
 
 
 def _parents(destinations: list[str]) -> list[str]:

@@ -11,11 +11,13 @@ reads one JSON request a line on stdin, ``{"exercise", "path", "seed", "world_si
 and answers each with one JSON line on stdout: ``{"report": {...}}``, or
 ``{"usage_error": "..."}``, or ``{"crash": "..."}`` when the grader itself failed.
 ``{"warm_up": CWD}``, sent as the kernel loads the extension, has no answer: the server starts
-its rank host and has it import what the exercises need, before any check asks.
+its rank host and has it import what the exercises need, before any check asks. ``{"warm_up": CWD,
+"near": ID}``, sent when the cell of exercise ID of a lesson graded in a view of its own runs, starts
+that view's host.
 
 The student's code never runs in this process. It keeps one rank host (launch.py) warm for
-this kernel, in the sandbox (two, once the one exercise that must not see a module of the
-course, 3.1, is checked), and starts a new one whenever the last one was lost. That host
+this kernel, in the sandbox (two, once the student reaches lesson 3, whose exercise 3.1 must
+not see a module of the course), and starts a new one whenever the last one was lost. That host
 serves this student's checks only: another kernel, another student, has its own. DIR, made
 by the kernel, holds the hosts' roots; the kernel removes it when it stops the server. The
 server ends with the kernel: a kernel killed before it could stop the server (SIGKILL, a crash)
@@ -59,7 +61,7 @@ def serve(root: Path) -> int:
             try:
                 request = json.loads(line)
                 if "warm_up" in request:
-                    _warm_up(hosts)
+                    _warm_up(hosts, request.get("near"))
                     continue
                 report = engine.grade(request["exercise"], request["path"], request.get("world_sizes"),
                                       seed=request.get("seed", 0), hosts=hosts)
@@ -102,15 +104,20 @@ def _gone(kernel: int, wait: float = 5.0) -> bool:
         time.sleep(0.05)
 
 
-def _warm_up(hosts):
+def _warm_up(hosts, near: str | None = None):
     """This kernel's rank host, started with what the exercises import (DDP's torch._dynamo, FSDP, ...);
-    and here, while it starts, every exercise's module (and so torch)."""
+    and here, while it starts, every exercise's module (and so torch). ``near``, an exercise the student
+    reached: the hosts of its lesson's other views of the course (exercises.views_near) too."""
     from autograder import exercises
 
     try:
-        host = hosts.get()
-        host.prepare(("torch._dynamo",))  # what most need, first
-        host.prepare(exercises.warm_imports(exercises.ids()))  # every exercise's module imported here too
+        if near is None:
+            host = hosts.get()
+            host.prepare(("torch._dynamo",))  # what most need, first
+            host.prepare(exercises.warm_imports(exercises.ids()))  # every exercise's module imported here too
+        elif near in exercises.MODULES:
+            for view in exercises.views_near(near):
+                hosts.get(view)
     except Exception:  # the first check starts a host again, and reports what fails
         traceback.print_exc()
 
@@ -155,12 +162,13 @@ class WarmGrader:
         self.root: Path | None = None
         atexit.register(self.stop)
 
-    def warm_up(self):
-        """Start the server now, and have it get ready for the checks to come; answers nothing."""
+    def warm_up(self, near: str | None = None):
+        """Start the server now, and have it get ready for the checks to come (of the lesson of the
+        exercise ``near``, if given); answers nothing."""
         try:
             if self.proc is None or self.proc.poll() is not None:
                 self._start()
-            self.proc.stdin.write((json.dumps({"warm_up": os.getcwd()}) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"warm_up": os.getcwd(), "near": near}) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             pass  # the first check starts it again, and says what went wrong

@@ -275,9 +275,9 @@ class Host:
         while self.agents:
             for pid, index in list(self.agents.items()):
                 try:
-                    done, status = os.waitpid(pid, 0)
+                    os.waitpid(pid, 0)
                 except ChildProcessError:
-                    done, status = pid, 0
+                    pass
                 del self.agents[pid]
                 self.say(agent=index, code=None)
         self.scan_workers()

@@ -11,7 +11,48 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ROOT / "tests" / "submissions"
 sys.path.insert(0, str(SUBMISSIONS))
-import edits  # noqa: E402  (tests/submissions/edits.py: negative controls written as edits)
+import edits  # noqa: E402, F401  (tests/submissions/edits.py: negative controls written as edits)
+
+
+@functools.cache
+def sandbox_missing() -> str | None:
+    """Why no rank host starts in the sandbox here, or None when one does: bubblewrap being installed is
+    not enough (user namespaces may be off, the course may lie where the sandbox cannot show it), and a
+    hostile submission graded without it would run on the course itself."""
+    from autograder import sandbox
+    from autograder.launch import HostFailed, RankHost
+
+    box, why = sandbox.probe()
+    if box is None:
+        return why
+    host = RankHost(sandbox=box)
+    try:
+        host.started()
+    except HostFailed as exc:
+        return f"bubblewrap could not start the rank host: {str(exc).splitlines()[-1][:200]}"
+    finally:
+        host.close()
+    return None
+
+
+needs_sandbox = pytest.mark.needs_sandbox  # skipped, with the reason, where sandbox_missing() says why
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_sandbox: runs only where the sandbox really starts")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_sandbox") and sandbox_missing():
+        pytest.skip(f"no sandbox here: {sandbox_missing()}")
+
+
+@pytest.fixture(autouse=True)
+def sandbox_required(request, monkeypatch):
+    """A test that needs the sandbox grades with it or not at all, through every front end it starts:
+    what it grades may be hostile, and must never run on the course itself."""
+    if request.node.get_closest_marker("needs_sandbox"):
+        monkeypatch.setenv("AUTOGRADER_SANDBOX", "required")
 
 
 def browser_missing() -> str | None:

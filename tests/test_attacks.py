@@ -22,11 +22,9 @@ import nbformat
 import pytest
 
 from autograder import engine, files, limits, sandbox
-from conftest import ROOT, SUBMISSIONS, handed_in
+from conftest import ROOT, SUBMISSIONS, handed_in, needs_sandbox
 
 HOSTILE = SUBMISSIONS / "hostile"
-SANDBOXED = sandbox.probe()[0] is not None
-needs_sandbox = pytest.mark.skipif(not SANDBOXED, reason=f"no sandbox here: {sandbox.probe()[1]}")
 CORRECT_2_4 = SUBMISSIONS / "ex2_4" / "correct_strided.py"
 
 
@@ -101,6 +99,23 @@ def test_a_sandbox_that_fails_after_code_ran_fails_the_grading_instead_of_runnin
 
 
 # -- 3. the sandbox shows an allowlist; the host cannot be traced ---------------------------------
+
+
+@needs_sandbox
+def test_what_the_sandbox_shows_from_under_tmp_is_there_and_outlives_every_clean_up(tmp_path, clean, monkeypatch):
+    """A course cloned under /tmp: the sandbox's own /tmp must not hide its interpreter and packages, and
+    emptying that /tmp after a grading must leave them."""
+    given = tmp_path / "course-in-tmp" / "given.txt"
+    given.parent.mkdir()
+    given.write_text("shown")
+    python_paths = sandbox._python_paths
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: [*python_paths(), given.parent])
+    submission = tmp_path / "reads_what_is_shown.py"
+    submission.write_text(CORRECT_2_4.read_text() + f"\nassert open({str(given)!r}).read() == 'shown'\n")
+    with engine.Hosts("required") as hosts:
+        for attempt in range(2):  # the second after the first grading's clean-up
+            report = engine.grade("2.4", submission, hosts=hosts)
+            assert report.all_passed and report.sandbox.startswith("bubblewrap"), report.to_text()
 
 
 @needs_sandbox

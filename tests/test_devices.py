@@ -43,7 +43,6 @@ def test_rejects_a_local_rank_outside_the_machine(local_rank):
 
 
 def test_the_sandbox_shows_the_ranks_every_nvidia_device_node_and_no_other(tmp_path, monkeypatch):
-    from pathlib import Path
 
     from autograder import sandbox
 

@@ -398,7 +398,6 @@ def test_the_answer_key_is_not_in_the_package_in_plain(exercise_id, plain):
 @pytest.mark.parametrize("exercise_id", QUIZZES)
 def test_no_right_option_can_be_told_by_its_length(exercise_id):
     """A student who never read the lesson must not find the answer by picking the longest option."""
-    import json
     import re
 
     from conftest import ROOT

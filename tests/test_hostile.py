@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import engine, sandbox
-from conftest import ROOT, SUBMISSIONS, edits
+from autograder import engine
+from conftest import ROOT, SUBMISSIONS, edits, needs_sandbox
 
 HOSTILE = SUBMISSIONS / "hostile"
-SANDBOXED = sandbox.probe()[0] is not None
 
 
 def grade(name: str, **kwargs):
@@ -117,7 +116,6 @@ def test_what_the_ranks_write_is_read_as_capped_plain_data(tmp_path):
 # -- the sandbox -----------------------------------------------------------------------------
 
 
-needs_sandbox = pytest.mark.skipif(not SANDBOXED, reason=f"no sandbox here: {sandbox.probe()[1]}")
 
 
 @needs_sandbox

@@ -30,7 +30,7 @@ def test_each_command_becomes_the_options_of_one_agent_and_the_scripts_arguments
     (cell(f"{C10D} train.py"), "a list of 2 strings"),
     (cell(f"{C10D} --rdzv-conf=$TOKEN train.py", f"{C10D} train.py"), "$TOKEN is not set"),
     (cell("torchrun --standalone --nproc-per-node=2 train.py", "torchrun --standalone train.py"), "no command uses $PORT"),
-    (cell(f"python train.py $PORT", f"{C10D} train.py"), "must start with `torchrun`"),
+    (cell("python train.py $PORT", f"{C10D} train.py"), "must start with `torchrun`"),
     (cell(f"{C10D} -m train", f"{C10D} train.py"), "-m/--module"),
     (cell(f"{C10D} other.py", f"{C10D} train.py"), "runs 'other.py'"),
     (cell(f"{C10D} train.py --epochs 1", f"{C10D} train.py"), "different arguments"),

@@ -187,20 +187,27 @@ def test_a_kernel_killed_mid_check_leaves_no_grader_no_ranks_and_no_files(tmp_pa
             kernel.wait()
 
 
-def test_loading_the_extension_readies_the_grader_before_any_check(tmp_path):
+def test_the_grader_is_readied_before_any_check_and_lesson_3s_own_view_once_the_student_reaches_it(tmp_path):
     from jupyter_client.manager import start_new_kernel
+
+    def hosts_started(count: int) -> bool:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = [command_line(pid) for pid in descendants(kernel.provisioner.pid)]
+            hosts = [c for c in running if b"ranks.host" in c and b"bwrap" not in c.split(b"\0")[0]]  # not its sandbox
+            if any(b"autograder\0serve" in c for c in running) and len(hosts) == count:
+                return True
+            time.sleep(0.2)
+        return False
 
     kernel, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
     try:
         client.execute("%load_ext autograder")
         assert client.get_shell_msg(timeout=120)["content"]["status"] == "ok"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            running = [command_line(pid) for pid in descendants(kernel.provisioner.pid)]
-            if any(b"autograder\0serve" in c for c in running) and any(b"ranks.host" in c for c in running):
-                return  # the kernel's grader, and its rank host
-            time.sleep(0.2)
-        pytest.fail("no grader and rank host were started for the kernel")
+        assert hosts_started(1), "no grader and rank host were started for the kernel"
+        client.execute("%%exercise 3.0\nANSWERS = {}")  # the first exercise cell of lesson 3
+        assert client.get_shell_msg(timeout=120)["content"]["status"] == "ok"
+        assert hosts_started(2), "3.1's host (a view without the course's SyncBN) was not started in lesson 3"
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)

@@ -114,6 +114,13 @@ def hidden(exercise_id: str) -> tuple[str, ...]:
     return HIDDEN.get(exercise_id, ())
 
 
+def views_near(exercise_id: str) -> list[tuple[str, ...]]:
+    """The views of the course (``hidden``) that the exercises of this one's lesson are graded in, beyond
+    the whole course: their hosts can start while the student works on the lesson."""
+    lesson = exercise_id.split(".")[0]
+    return sorted({view for other, view in HIDDEN.items() if other.split(".")[0] == lesson})
+
+
 def warm_imports(exercise_ids) -> set[str]:
     """What the rank host imports before forking, for every one of those exercises (unknown ids: nothing)."""
     return {m for i in exercise_ids if get(i) for m in get(i).warm_imports}

@@ -81,7 +81,7 @@ def _ring_traffic(runs):
                             f"{len(sent)} message(s), {sum(sent)} bytes in all; a ring sends {2 * (w - 1)} "
                             f"messages of one chunk (about 1/{w} of the tensor) each, 2(W-1)/W = {share} the tensor "
                             f"in all ({low}-{high} bytes)"
-                            + (f", the same on every rank" if w > 1 else ""))
+                            + (", the same on every rank" if w > 1 else ""))
 
 
 def _work(runs):
