@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from autograder.evidence import WorldRun
+from autograder.evidence import RankRecord, WorldRun
 from autograder.report import SKIPPED_ON_CPU, CheckResult
 
 
@@ -43,6 +43,7 @@ class Runs:
     backend: str
     params: dict
     own: WorldRun | None = None  # the launch of the student's cells of other exercises (Exercise.uses)
+    asked: tuple[int, ...] = ()  # the world sizes the grading was to launch (after a time limit, the rest are not)
 
     def __iter__(self):
         return iter(self.worlds)
@@ -70,24 +71,60 @@ class Check:
     def result(self, status: str, message: str = "") -> CheckResult:
         return CheckResult(self.name, status, self.points if status == "passed" else 0, self.points, message)
 
-    def judge(self, runs: Runs) -> CheckResult:
+    def judge(self, runs: Runs, per_world: bool = False) -> CheckResult:
         if self.gpu_only and runs.backend != "nccl":
             return self.result("skipped", SKIPPED_ON_CPU)
         broken = runs.first_incomplete()
+        if broken is not None and per_world:
+            return self._judge_each_world(runs, broken)
         if broken is not None and self.needs == "complete" and not _enough(runs.completed(), runs):
             return _could_not_judge(self, broken)
         judged = runs if self.needs == "partial" or broken is None else runs.completed()
+        verdict = self._verify(judged)
+        if verdict is not None:
+            return verdict
+        if broken is not None and self.needs == "partial" and not _enough(runs.completed(), runs):
+            return _could_not_judge(self, broken)
+        return self.result("passed")
+
+    def _verify(self, runs: Runs) -> CheckResult | None:
+        """The result when the check fails or cannot mean anything here; None when it holds on ``runs``."""
         try:
-            message = self.verify(judged)
+            message = self.verify(runs)
         except Skip as skip:
             return self.result("skipped", str(skip))
         except Exception as exc:  # the evidence came from the submission: malformed is a failure, not a crash
             return self.result("failed", f"what the ranks recorded for this check is malformed ({type(exc).__name__})")
         if message:
             return self.result("failed", message + (f"\nHint: {self.hint}" if self.hint else ""))
-        if broken is not None and self.needs == "partial" and not _enough(runs.completed(), runs):
+        return None
+
+    def _judge_each_world(self, runs: Runs, broken: WorldRun) -> CheckResult:
+        """Points in proportion to the world sizes at which the check was judged and held: a launch that
+        crashed or hung earns the checks it would have judged nothing (its "runs to the end" says why)."""
+        done = runs.completed()
+        if self.needs == "partial" or done.worlds:  # a "partial" check may fail on what a broken launch showed
+            verdict = self._verify(runs if self.needs == "partial" else done)
+            if verdict is not None:
+                return verdict
+        status = "timeout" if broken.hung or broken.timed_out else "error"
+        held = [w.world_size for w in done]
+        failed = [w.world_size for w in runs if not w.complete]
+        unlaunched = [size for size in runs.asked if size not in held + failed]
+        # one process shows no distributed mistake: where several were asked for, only those count
+        counted = [size for size in held + failed + unlaunched if size > 1] or held + failed + unlaunched
+        held = [size for size in held if size in counted]
+        if not held:
             return _could_not_judge(self, broken)
-        return self.result("passed")
+        share = len(held) / len(counted)
+        return CheckResult(self.name, status, round(self.points * share, 2), self.points,
+                           f"held at {_sizes(held)}; not judged at {_sizes(failed)}, where the launch did not "
+                           "complete (see above)" + (f", nor at {', '.join(map(str, unlaunched))}, not launched "
+                                                     "after it" if unlaunched else ""))
+
+
+def _sizes(sizes: list[int]) -> str:
+    return f"world size{'s' if len(sizes) > 1 else ''} {', '.join(map(str, sizes))}"
 
 
 def _enough(completed: Runs, runs: Runs) -> bool:
@@ -119,7 +156,7 @@ def gate(exercise, runs: Runs) -> str | None:
 def judge_all(exercise, runs: Runs) -> list[CheckResult]:
     if gate(exercise, runs):
         return exercise.same_result("failed", "not judged: nothing to grade (see above)", runs.backend)
-    return [check.judge(runs) for check in exercise.checks]
+    return [check.judge(runs, exercise.credit_per_world) for check in exercise.checks]
 
 
 # Verifications shared by several exercises ------------------------------------------------
@@ -127,14 +164,13 @@ def judge_all(exercise, runs: Runs) -> list[CheckResult]:
 
 def runs_to_the_end(name: str, points: float) -> Check:
     """Every launch completed on every rank: the one check that a crash or a hang costs by itself."""
-    from autograder.diagnosis import summary
+    from autograder.diagnosis import hint_for, summary
 
     def verify(runs):
         broken = runs.first_incomplete()
-        return f"{summary(broken)} (see above)" if broken is not None else None
+        return f"{summary(broken)} (see above)\nHint: {hint_for(broken)}" if broken is not None else None
 
-    return Check(name, points, verify, needs="partial",
-                 hint="read the first failure above: the rank named first failed on its own, the others because it was gone")
+    return Check(name, points, verify, needs="partial")  # the hint fits how the launch ended: in the message
 
 
 def each_rank(runs: Runs):
@@ -157,6 +193,15 @@ def first_records(world: WorldRun, kind: str, what: str) -> tuple[dict[int, dict
             return held, f"{world.label}: on rank {r.rank}, {what} raised {event['error']}"
         held[r.rank] = event
     return held, None
+
+
+def writers_saves(world: WorldRun) -> tuple[RankRecord, list[dict]]:
+    """The checkpoint writer and its saves to files: rank 0, or else the one rank that saved. Who wrote is
+    the writer check's concern; the checkpoint's checks judge what was written, so a mistake is charged once."""
+    saves = {r.rank: [e for e in r.of("save") if e.get("path")] for r in world.ranks}
+    writers = [r for r in world.ranks if saves[r.rank]]
+    writer = writers[0] if len(writers) == 1 else world.ranks[0]
+    return writer, saves[writer.rank]
 
 
 def params_identical_across_ranks(runs: Runs, atol: float = 1e-6) -> str | None:

@@ -103,6 +103,31 @@ def summary(world: WorldRun) -> str:
     return f"{head}: rank {odd.rank} {odd.how_it_ended()}" if odd else f"{head} completed"
 
 
+def hint_for(world: WorldRun) -> str:
+    """What to do about a launch that did not complete, by how it ended: a crash, a deadlock, the time limit."""
+    if world.host_failure:
+        return "the grader itself failed, not your code: run the check again"
+    if world.duplicates or world.unmet is not None:
+        return ("every agent of one job must name the same rendezvous (--rdzv-id, --rdzv-endpoint) and agree on "
+                "--nnodes; read what the agents said above")
+    culprit = world.culprit()
+    if culprit is not None:
+        if any(not r.ok and r is not culprit and (r.peer_gone or r.exitcode is None) for r in world.ranks):
+            return ("read the first failure above: the rank named first failed on its own, the others "
+                    "because it was gone")
+        return "read the error above: its last line of your code is where it was raised"
+    if world.stall is not None and {e.get("call") for e in world.stall.waiting.values()} == {"init_process_group"}:
+        return ("every process joins with what the launcher set: init_process_group(backend) alone, with no "
+                "world_size, rank, init_method or MASTER_ADDR/MASTER_PORT of your own")
+    if world.abandoned() is not None or world.stall is not None:
+        return ("a collective returns only once every rank has called it, in the same order, with tensors of "
+                "the same shape: call the same collectives on every rank, outside any `if rank == ...`")
+    if world.timed_out:
+        return ("the ranks were computing, not waiting for each other: look for a loop that never ends, or "
+                "for far more work than the exercise asks")
+    return "read what the report says above of how each rank ended"
+
+
 def _failed_agent(world: WorldRun) -> int | None:
     """The first torchrun agent that failed on its own (not stopped by the grader), in a job of several."""
     if len(world.agents) < 2:
@@ -227,6 +252,13 @@ def _init_cause(world: WorldRun, waits: dict[int, dict]) -> str:
         if isinstance(method, str) and method not in ("env://",):
             return (f"rank {rank} passed init_method={method!r}, a rendezvous the launcher did not prepare: "
                     "call init_process_group without init_method, so that it uses MASTER_ADDR and MASTER_PORT")
+    for rank, event in waits.items():
+        record = next((r for r in world.ranks if r.rank == rank), None)
+        given = ((record.first("worker") or {}).get("env") or {}) if record else {}
+        port = str(event.get("master", "")).rpartition(":")[2]
+        if given.get("MASTER_PORT") and port != given["MASTER_PORT"]:
+            return (f"rank {rank} joined at MASTER_PORT {port}, but torchrun gave it {given['MASTER_PORT']}, where "
+                    "its agent keeps the job's store: leave the launcher's variables as they are")
     return "the ranks wait for each other to join the group and never meet"
 
 

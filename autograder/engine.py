@@ -312,7 +312,7 @@ def verdict(exercise, worlds, own, backend: str, sizes, seed: int, student) -> R
     from autograder.checks import Runs, gate, judge_all
     from autograder.diagnosis import describe_problem, exhausted
 
-    runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)}, own)
+    runs = Runs(worlds, backend, {**exercise.params(seed), **exercise.expected(seed)}, own, tuple(sizes))
     checks = judge_all(exercise, runs)
     unreadable = "What the ranks recorded of how the launches ended could not be read ({})."
     # the bugs left first, then what the submission ran out of, then a crash, then why nothing counts

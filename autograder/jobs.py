@@ -11,6 +11,8 @@ attempt (launch.Attempt, evidence.load).
 
 from __future__ import annotations
 
+import secrets
+import socket
 from dataclasses import dataclass, field
 
 from autograder.launch import Layout, node_gpus
@@ -34,6 +36,19 @@ class Job:
     meet_within: float = 20.0  # seconds the agents may run with no worker before their rendezvous is given up
 
     @property
+    def restarts(self) -> bool:
+        """Whether any agent may restart its workers (--max-restarts above 0)."""
+        for options in self.agents:
+            words = list(options or ())
+            for k, word in enumerate(words):
+                name, _, value = word.partition("=")
+                if name.replace("_", "-") == "--max-restarts":
+                    value = value or (words[k + 1] if k + 1 < len(words) else "0")
+                    if value.strip().isdigit() and int(value) > 0:
+                        return True
+        return False
+
+    @property
     def layout(self) -> Layout:
         return Layout(self.world_size, self.nodes)
 
@@ -45,9 +60,11 @@ class Job:
             "OMP_NUM_THREADS": "1",
             # Nothing in the work directory can stand in for ranks.worker (see ranks/worker.py).
             "PYTHONSAFEPATH": "1",
-            # Each attempt gets a store of its own: with a shared one, gloo workers of a restarted group
-            # can find the last attempt's addresses and fail to connect (PyTorch 2.13).
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            # Each attempt of a job that restarts gets a store of its own: with a shared one, gloo workers of
+            # a restarted group can find the last attempt's addresses and fail to connect (PyTorch 2.13). Only
+            # there: elsewhere the workers meet in the agent's store, as under plain torchrun, so a script that
+            # overwrites MASTER_ADDR or MASTER_PORT hangs here as it would there.
+            **({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if self.restarts else {}),
             "AUTOGRADER_PRELOAD": "torch._dynamo",  # see worker._preload
             **({"CUDA_VISIBLE_DEVICES": ""} if backend != "nccl" else {}),
             **self.env,
@@ -85,6 +102,29 @@ def standalone(world_size: int, args: tuple[str, ...] = (), *, restarts: int = 0
     plural = "es" if world_size > 1 else ""
     return Job(name or f"torchrun, {world_size} process{plural}", world_size, (options,), args, fault,
                planted=planted)
+
+
+def machines(count: int, per_machine: int, args: tuple[str, ...] = (), *, restarts: int = 0, name: str = "",
+             planted: bool = False) -> Job:
+    """One job of ``count`` agents, one per simulated machine, meeting by the c10d rendezvous on a port free
+    now under an id of its own: what runs on one machine alone (LOCAL_RANK taken for RANK) shows here."""
+    options = (f"--nnodes={count}", f"--nproc-per-node={per_machine}", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint={LOOPBACK}:{free_port()}", f"--rdzv-id=ddpcourse-{secrets.token_hex(4)}")
+    if restarts:
+        options += (f"--max-restarts={restarts}",)
+    world = count * per_machine
+    return Job(name or f"torchrun, {count} machines of {per_machine}", world, (options,) * count, args,
+               planted=planted, nodes=count)
+
+
+LOOPBACK = "127.0.0.1"  # every simulated machine's address
+
+
+def free_port() -> int:
+    """A port no process listens on now, for one job's rendezvous (never a fixed one)."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
 
 
 def from_commands(machines, world_size: int, args: tuple[str, ...] = (), name: str = "") -> Job:

@@ -133,8 +133,15 @@ def parse(index: int, command: str) -> Node:
 
 
 def read(code: str, machines: int, values: dict[str, str]) -> list[Node]:
-    """Every machine's command from the cell, variables set, parsed; CommandError if one cannot run."""
+    """Every machine's command from the cell, variables set, parsed; CommandError if one cannot run.
+
+    Where each machine meets the others is judged as written, as it would behave on machines of their
+    own: on one machine, as the grader runs them, "localhost" would be the first machine too."""
     commands = written(code, machines)
+    for i, command in enumerate(commands):
+        problem = _meeting_place(parse(i, expand(command, {**values, "HEAD": _FIRST_MACHINE})))
+        if problem:
+            raise CommandError(problem)
     if not any("$PORT" in c or "${PORT}" in c for c in commands):
         raise CommandError("no command uses $PORT: a port written into the commands is one that another job on "
                            "the cluster may use too. Meet at the port the job was given, $PORT")
@@ -142,6 +149,32 @@ def read(code: str, machines: int, values: dict[str, str]) -> list[Node]:
     if len({n.script_args for n in found}) > 1:
         raise CommandError(f"the machines run `{SCRIPT}` with different arguments: give every machine the same")
     return found
+
+
+_FIRST_MACHINE = "first-machine-of-the-job"  # $HEAD while the commands are judged as written
+_LOOPBACK = re.compile(r"^(localhost|127(\.\d+){3}|::1|0\.0\.0\.0|::)$", re.IGNORECASE)
+_TO_MEET = "--rdzv-backend=c10d --rdzv-endpoint=$HEAD:$PORT --rdzv-id=$JOB_ID, the same on every machine"
+
+
+def _meeting_place(node: Node) -> str | None:
+    """Why this machine would not meet the others on a real cluster, from where its command says to meet."""
+    if node.rendezvous == "standalone":
+        return (f"machine {node.index}'s command uses --standalone: a rendezvous of its own, on that machine "
+                f"alone, so each machine would be a job by itself. Machines meet at the first one: {_TO_MEET}")
+    flag = "--master-addr" if node.rendezvous == "static" else "--rdzv-endpoint"
+    host = node.get("master_addr") if node.rendezvous == "static" else node.endpoint.rsplit(":", 1)[0]
+    host = (host or "").strip("[]")
+    if host == _FIRST_MACHINE or (node.index == 0 and _LOOPBACK.match(host)):
+        return None  # the first machine may name itself: its agent hosts the rendezvous
+    if not host:
+        return (f"machine {node.index}'s command gives no {flag}: torchrun then meets at localhost, which on a "
+                f"cluster is each machine itself. Meet at the first machine: {_TO_MEET}")
+    if _LOOPBACK.match(host):
+        return (f"machine {node.index}'s command meets at {host} ({flag}): on a cluster that is machine "
+                f"{node.index} itself, so its agent would host a rendezvous of its own and wait forever for the "
+                f"others. Meet at the first machine, $HEAD: {_TO_MEET}")
+    return (f"machine {node.index}'s command meets at {host!r} ({flag}), which the cluster does not give as the "
+            f"job's first machine: meet at $HEAD, its address: {_TO_MEET}")
 
 
 def why_apart(nodes: list[Node]) -> list[str]:

@@ -71,17 +71,19 @@ class Recorder:
         self.on_step = None
         self.on_save = None
         self._digest = hashlib.sha256()  # of every line written: the grader compares it with the file
+        self._lock = threading.RLock()
         self._log = open(workdir / f"rank{rank}.events", "w", buffering=1)
 
     def event(self, kind: str, **data):
         if id(sys._getframe(1).f_code) not in _RECORDERS:
             self._forged += 1  # only this package's wrappers and harnesses record (by identity: a code
             return  # object compiled elsewhere, whatever file name it claims, is not one of them)
-        self._seq += 1
-        data.update(kind=kind, seq=self._seq, t=round(time.time(), 6))
-        line = json.dumps(data, default=_short) + "\n"
-        self._digest.update(line.encode())
-        self._log.write(line)
+        with self._lock:  # DDP's all-reduce ends on a thread of the process group's (_wrap_ddp)
+            self._seq += 1
+            data.update(kind=kind, seq=self._seq, t=round(time.time(), 6))
+            line = json.dumps(data, default=_short) + "\n"
+            self._digest.update(line.encode())
+            self._log.write(line)
 
     def enter(self, call: str, **data) -> int:
         """A call that may block: returns its number among this rank's calls of the same name."""
@@ -226,6 +228,7 @@ def install(rec: Recorder):
         _wrap_collective(rec, name)
     for name in POINT_TO_POINT:
         _wrap_point_to_point(rec, name)
+    _wrap_functional_collectives(rec)
     _wrap_spawn(rec)
     _wrap_ddp(rec)
     _wrap_sampler(rec)
@@ -287,7 +290,8 @@ def _wrap_process_group(rec: Recorder):
             init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
             asked = {k: kwargs[k] for k in ("world_size", "rank") if isinstance(kwargs.get(k), int)}
             rec.event("init_process_group_called", requested_backend=str(backend), init_method=init_method, **asked)
-            n = rec.enter("init_process_group", init_method=init_method, caller=caller(), **asked)
+            master = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            n = rec.enter("init_process_group", init_method=init_method, master=master, caller=caller(), **asked)
             out = original(*args, **kwargs)
             rec.leave("init_process_group", n)
             rec.event(
@@ -351,6 +355,31 @@ def _wrap_collective(rec: Recorder, name: str):
     _patch(rec, dist, name, _outermost(make))
 
 
+# The functional collectives (what DTensor and torch.compile use) return at once, the result to be waited
+# for: recorded as issued, never as a wait (a first call takes seconds to set up, and is no deadlock).
+FUNCTIONAL = ("all_reduce", "all_reduce_coalesced", "all_gather_tensor", "all_gather_tensor_autograd",
+              "all_gather_single", "all_gather_single_autograd", "reduce_scatter_tensor",
+              "reduce_scatter_tensor_autograd", "reduce_scatter_single", "reduce_scatter_single_autograd",
+              "all_to_all_single", "all_to_all_single_autograd", "broadcast")
+
+
+def _wrap_functional_collectives(rec: Recorder):
+    import torch.distributed._functional_collectives as funcol
+
+    def issued(name):
+        def make(original):
+            def wrapper(*args, **kwargs):
+                rec.event("collective", op=name, functional=True, caller=caller(), done=False,
+                          **_tensor_info(args[0] if args else kwargs.get("self")))
+                return original(*args, **kwargs)
+            return wrapper
+        return make
+
+    for name in FUNCTIONAL:
+        if hasattr(funcol, name):
+            _patch(rec, funcol, name, _outermost(issued(name)))
+
+
 # The rank a rooted collective sends from or gathers to, and where it is among the arguments.
 _ROOTS = {"broadcast": ("src", 1), "reduce": ("dst", 1), "gather": ("dst", 2), "scatter": ("src", 2),
           "broadcast_object_list": ("src", 1), "gather_object": ("dst", 2), "scatter_object_list": ("src", 2)}
@@ -407,10 +436,29 @@ def _wrap_spawn(rec: Recorder):
 def _wrap_ddp(rec: Recorder):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    # DDP all-reduces its gradients inside backward(), bucket by bucket: while one is in flight the rank
+    # waits on the others like in any collective, so a rank in backward() and another in a barrier is
+    # told as the deadlock it is, not left to the time limit.
+    in_flight = {"buckets": 0, "n": 0}
+    lock = threading.RLock()  # a future already done runs its callback at once, on this thread
+    name = "DDP's gradient all-reduce in backward()"
+
     def counting_allreduce(state, bucket):
         if bucket.is_last():
             rec.event("gradient_allreduce")
-        return default_hooks.allreduce_hook(state, bucket)
+        with lock:  # entered after the all-reduce is issued: its own (asynchronous) record comes first
+            future = default_hooks.allreduce_hook(state, bucket)
+            in_flight["buckets"] += 1
+            if in_flight["buckets"] == 1:
+                in_flight["n"] = rec.enter(name, caller=caller())
+            return future.then(done)
+
+    def done(future):
+        with lock:
+            in_flight["buckets"] -= 1
+            if in_flight["buckets"] == 0:
+                rec.leave(name, in_flight["n"])
+        return future.value()
 
     def init(original):
         def wrapper(self, module, *args, **kwargs):
@@ -433,7 +481,9 @@ def _wrap_ddp(rec: Recorder):
 
     def forward(original):
         def wrapper(self, *args, **kwargs):
-            rec.event("ddp_forward", sync=bool(self.require_backward_grad_sync and torch.is_grad_enabled()))
+            first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+            rec.event("ddp_forward", sync=bool(self.require_backward_grad_sync and torch.is_grad_enabled()),
+                      rows=int(first.shape[0]) if first is not None and first.dim() else None)
             return original(self, *args, **kwargs)
         return wrapper
 

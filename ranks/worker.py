@@ -87,7 +87,8 @@ def run(script: str, args: list[str], folder: Path, rank: int, attempt: int, lin
     trace.install(rec)
     rec.event("worker", attempt=attempt, pid=os.getpid(),
               env={k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                                                  "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT", "AUTOGRADER_AGENT")})
+                                                  "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT", "AUTOGRADER_AGENT",
+                                                  "MASTER_ADDR", "MASTER_PORT")})
     if line is not None:
         _ask_at_checkpoints(rec, line)
     sys.argv = [script, *args]

@@ -27,7 +27,7 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.6": "the script runs to the end on every rank",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
-        "4.1": "every launch runs to the end: python, and torchrun with 1, 2 and 3 processes",
+        "4.1": "every launch runs to the end: python, torchrun with 1, 2 and 3 processes, and on 2 machines",
         "4.2": "every job finishes: never interrupted, and after each kill",
         "4.3": "the job of two machines runs to the end",
         "4.4": "every job finishes: never interrupted, and after each kill",
@@ -55,7 +55,7 @@ MEMORY = "parameters and gradients on the busiest rank, for data, pipeline and t
 ADAM = "Adam's state on the busiest rank, for every scheme"
 # 2.6's planted bugs, each named by the symptom 2.3's checks see
 BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 0",
-        "wrong_no_set_epoch": "set_epoch(epoch) at the top of every epoch, so the order changes every epoch",
+        "wrong_no_set_epoch": "the order of the samples changes every epoch",
         "wrong_extra_all_reduce": "equal to the single-process reference trained on the same global batches",
         "wrong_saves_wrapper": "checkpoint keys have no 'module.' prefix and load strictly into the plain model",
         "wrong_no_destroy": "process group destroyed at the end"}
@@ -81,6 +81,7 @@ JOB_SHARE = "each rank draws its own share of the data across the whole job: RAN
 JOB_WRITER = "exactly one writer in the job: global rank 0, not one per machine"
 JOB_MODEL = "the job trains the same model as one process on the same global batches"
 MOMENTS = "Adam's two moments per rank: whole under DDP, whole tensors dealt out under ZeRO-1, sharded under FSDP"
+ORDER_2_3 = "the order of the samples changes every epoch (set_epoch(epoch) at the top of each)"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -105,6 +106,7 @@ CAUGHT_BY = {
     ("1.3", "wrong_stage_interleaved"): {STAGES},
     ("1.3", "wrong_stage_drops_remainder"): {STAGES},
     ("1.3", "wrong_stage_whole_model"): {STAGES},
+    ("1.3", "wrong_stage_remainder_on_last"): {STAGES},
     ("1.3", "wrong_buffer_shaped_like_the_input"): {RUNS["1.3"]},
     ("1.4", "wrong_plain_all_reduce"): {TP_GRADIENTS},
     ("1.4", "wrong_no_f"): {TP_GRADIENTS},
@@ -129,7 +131,8 @@ CAUGHT_BY = {
     ("3.1", "wrong_biased_running_variance"): {BN_RUNNING},
     ("3.1", "wrong_running_statistics_on_rank0_only"): {BN_RUNNING},
     ("3.1", "wrong_plain_all_reduce"): {"the gradient of the input equals global batch norm's"},
-    ("3.1", "wrong_one_all_reduce_per_statistic"): {"one all-reduce per forward pass, not one per statistic"},
+    ("3.1", "wrong_one_all_reduce_per_statistic"): {"one collective per forward pass, not one per statistic"},
+    ("3.1", "wrong_eps_outside_sqrt"): {BN_OUTPUT},
     ("3.2", "wrong_converts_after_wrapping"): {SYNCED},
     ("3.2", "wrong_first_layer_only"): {SYNCED, *BN_GLOBAL},  # one layer unsynchronized: training differs
     ("3.2", "wrong_pytorch_class_on_cpu"): {RUNS["3.2"]},
@@ -143,6 +146,7 @@ CAUGHT_BY = {
     ("3.3", "wrong_saves_without_consolidating"): {CONSOLIDATED, ZERO_MODEL, ZERO_OPTIMIZER},
     ("3.3", "wrong_saves_local_shard"): {ZERO_OPTIMIZER},
     ("3.3", "wrong_every_rank_saves"): {CONSOLIDATED},
+    ("3.3", "wrong_last_rank_saves"): {CONSOLIDATED},  # the checkpoint itself is right: charged once
     ("3.3", "wrong_saves_wrapper"): {ZERO_MODEL},
     ("3.4", "wrong_optimizer_before_sharding"): {
         "every step equals plain Adam on one process over the global batch (to float rounding)"},
@@ -167,6 +171,8 @@ CAUGHT_BY = {
     ("4.1", "wrong_python_path_shuffles"): {SHARE, SAME_MODEL},
     ("4.1", "wrong_mp_spawn"): {RUNS["4.1"], "under torchrun each worker joins one process group at the rank and size torchrun gave it"},
     ("4.1", "wrong_barrier_on_rank0_only"): {RUNS["4.1"]},
+    ("4.1", "wrong_sets_its_own_master_port"): {RUNS["4.1"]},
+    ("4.1", "wrong_sampler_local_rank"): {SHARE, SAME_MODEL},
     ("4.3", "wrong_rdzv_id_per_machine"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_same_node_rank"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_one_node_each"): {RUNS["4.3"], ONE_JOB},
@@ -176,6 +182,7 @@ CAUGHT_BY = {
     ("4.3", "wrong_script_as_given"): {JOB_SHARE, JOB_WRITER, JOB_MODEL},
     # 4.4's planted bugs one at a time, each named by its symptom (given_buggy.py has all four)
     ("4.4", "wrong_writer_from_local_rank_flag"): {SNAPSHOT_WRITER},
+    ("4.4", "wrong_writer_from_local_rank_env"): {SNAPSHOT_WRITER},
     ("4.4", "wrong_optimizer_not_restored"): {BIT_FOR_BIT},
     ("4.4", "wrong_no_set_epoch"): {ORDER},
     ("4.4", "wrong_snapshot_in_place"): {RUNS["4.4"], ATOMIC},
@@ -184,6 +191,7 @@ CAUGHT_BY = {
     ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
     ("4.2", "wrong_restart_count_as_epoch"): {TWICE, BIT_FOR_BIT},
     ("4.2", "wrong_every_rank_writes"): {"snapshots written by one rank: global rank 0"},
+    ("4.2", "wrong_writer_local_rank"): {"snapshots written by one rank: global rank 0"},
     ("4.2", "wrong_reads_before_written"): {"every rank reads a snapshot only once rank 0 has finished writing it"},
     ("4.2", "wrong_written_in_place"): {RUNS["4.2"], "a snapshot is written atomically: a kill during the write leaves the last one whole"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
@@ -197,7 +205,11 @@ CAUGHT_BY = {
     ("2.2", "wrong_sampler_unshuffled"): {"the order changes every epoch once set_epoch is called (shuffle in the sampler)"},
     ("2.2", "wrong_batch_times_world_size"): {"batches of batch_size samples on every rank"},
     ("2.2", "wrong_one_replica"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
-    ("2.3", "wrong_no_set_epoch"): {"set_epoch(epoch) at the top of every epoch, so the order changes every epoch"},
+    ("2.3", "wrong_no_set_epoch"): {ORDER_2_3},
+    ("2.3", "wrong_sampler_unshuffled"): {ORDER_2_3},
+    ("2.3", "wrong_set_epoch_zero"): {ORDER_2_3},
+    ("2.3", "wrong_batch_times_world_size"): {"each process's batch is BATCH_SIZE samples"},
+    ("2.3", "wrong_barrier_before_backward_on_rank0"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("2.3", "wrong_every_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
     ("2.3", "wrong_saves_wrapper"): {"checkpoint keys have no 'module.' prefix and load strictly into the plain model"},
     ("2.3", "wrong_no_sampler"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
@@ -206,7 +218,9 @@ CAUGHT_BY = {
     ("2.3", "wrong_manual_sum_allreduce"): {"model wrapped in DistributedDataParallel",
                                             "equal to the single-process reference trained on the same global batches"},
     ("2.3", "wrong_barrier_on_rank0_only"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("2.3", "wrong_barrier_on_rank0_at_three_ranks"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("2.3", "wrong_saves_on_local_rank0"): {"exactly one checkpoint writer: global rank 0"},
+    ("2.3", "wrong_last_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
     ("2.4", "wrong_local_only"): {"every rank returns the same accuracy"},
     ("2.4", "wrong_mean_of_accuracies"): {"accuracy equals the single-process accuracy"},
     ("2.4", "wrong_sampler_padding"): {"every sample scored exactly once across the ranks"},
@@ -306,7 +320,8 @@ def test_wrong_submission_fails_exactly_the_checks_that_name_its_mistake(exercis
         if check.name in failed:
             assert check.points == 0 and check.message
         elif check.status in ("error", "timeout"):  # left unjudged by a crash or a hang, and saying so
-            assert check.message.startswith("not judged") and RUNS.get(exercise_id) in failed
+            assert check.message.startswith(("not judged", "held at world size")) and RUNS.get(exercise_id) in failed
+            assert check.points < check.max_points
     assert not report.all_passed and report.score < report.max_score
 
 
@@ -342,6 +357,26 @@ def test_a_collective_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_i
     assert "exercise cell line" in report.problem
     assert {c.status for c in report.checks} <= {"timeout", "failed", "skipped"}
     assert report.elapsed < 15
+
+
+def test_a_launch_that_hangs_at_one_world_size_costs_the_checks_their_share_at_that_size():
+    report = graded("2.3", "wrong_barrier_on_rank0_at_three_ranks")
+    assert report.problem.startswith("world size 3: deadlock: rank 0 in barrier #1"), report.problem
+    checks = {c.name: c for c in report.checks}
+    assert checks[RUNS["2.3"]].points == 0
+    held = checks["model wrapped in DistributedDataParallel"]
+    # world sizes 2 and 3 count (one process shows no distributed mistake): held at 2, not judged at 3
+    assert held.status == "timeout" and held.points == held.max_points / 2, held
+    assert held.message.startswith("held at world size 2; not judged at world size 3"), held.message
+    stopped_everywhere = graded("2.3", "wrong_barrier_on_rank0_only")
+    assert all(c.points == 0 for c in stopped_everywhere.checks if c.status == "timeout")
+
+
+def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():
+    runs = {c.name: c for c in graded("2.3", "wrong_barrier_on_rank0_only").checks}[RUNS["2.3"]]
+    assert "a collective returns only once every rank has called it" in runs.message, runs.message
+    crash = {c.name: c for c in graded("2.1", "wrong_nccl_on_cpu").checks}[RUNS["2.1"]]
+    assert "Hint: read the error above" in crash.message and "because it was gone" not in crash.message, crash.message
 
 
 def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():
@@ -465,7 +500,8 @@ def test_the_script_3_2_hands_out_scores_nothing_and_says_why():
 def test_the_script_4_3_hands_out_is_refused_for_its_commands_and_caught_for_its_script():
     report = handed_out("4.3", "04_torchrun.ipynb", "given_one_machine")
     assert report.score == 0
-    assert report.problem.startswith("The launch commands cannot run as written: no command uses $PORT"), report.problem
+    assert report.problem.startswith("The launch commands cannot run as written: machine 0's command uses "
+                                     "--standalone"), report.problem
     # under right commands, its two one-machine mistakes: wrong_script_as_given in CAUGHT_BY
 
 

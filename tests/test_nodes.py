@@ -29,7 +29,16 @@ def test_each_command_becomes_the_options_of_one_agent_and_the_scripts_arguments
     ("NODE_COMMANDS = [make(0), make(1)]\n", "written out as a list of strings"),
     (cell(f"{C10D} train.py"), "a list of 2 strings"),
     (cell(f"{C10D} --rdzv-conf=$TOKEN train.py", f"{C10D} train.py"), "$TOKEN is not set"),
-    (cell("torchrun --standalone --nproc-per-node=2 train.py", "torchrun --standalone train.py"), "no command uses $PORT"),
+    (cell("torchrun --standalone --nproc-per-node=2 train.py", "torchrun --standalone train.py"),
+     "machine 0's command uses --standalone"),
+    (cell(*[C10D.replace("$PORT", "29500") + " train.py"] * 2), "no command uses $PORT"),
+    (cell(f"{C10D} train.py", C10D.replace("$HEAD", "localhost") + " train.py"), "machine 1's command meets at localhost"),
+    (cell(*[C10D.replace("$HEAD", "127.0.0.1") + " train.py"] * 2), "machine 1's command meets at 127.0.0.1"),
+    (cell(f"{C10D} train.py", C10D.replace("--rdzv-endpoint=$HEAD:$PORT ", "") + " train.py"),
+     "machine 1's command gives no --rdzv-endpoint"),
+    (cell(*["torchrun --nnodes=2 --nproc-per-node=2 --node-rank=0 --master-port=$PORT train.py"] * 2),
+     "machine 1's command meets at 127.0.0.1 (--master-addr)"),
+    (cell(f"{C10D} train.py", C10D.replace("$HEAD", "node0") + " train.py"), "meets at 'node0'"),
     (cell("python train.py $PORT", f"{C10D} train.py"), "must start with `torchrun`"),
     (cell(f"{C10D} -m train", f"{C10D} train.py"), "-m/--module"),
     (cell(f"{C10D} other.py", f"{C10D} train.py"), "runs 'other.py'"),
@@ -40,6 +49,11 @@ def test_commands_that_cannot_run_as_written_are_refused_with_what_to_change(cod
     with pytest.raises(nodes.CommandError) as refused:
         nodes.read(code, 2, VALUES)
     assert said in str(refused.value)
+
+
+def test_the_first_machine_may_meet_at_itself_by_any_name_of_itself():
+    machines = nodes.read(cell(C10D.replace("$HEAD", "localhost") + " train.py", f"{C10D} train.py"), 2, VALUES)
+    assert [m.index for m in machines] == [0, 1]
 
 
 def test_why_two_agents_stay_apart_is_read_from_their_options():

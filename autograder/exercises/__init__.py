@@ -56,11 +56,15 @@ class Exercise:
     # launch records is Runs.own, beside the graded worlds, never among them.
     uses: tuple[str, ...] = ()
     uses_world_size: int = 3
+    # A check earns its points in proportion to the world sizes at which it was judged and held. Not where
+    # the launches are not one per world size: the jobs of lesson 4 (set below), a chain of launches (3.5).
+    credit_per_world: bool = True
     points: float = field(init=False)
 
     def __post_init__(self):
         if self.jobs:
             self.world_sizes = tuple(dict.fromkeys(job.world_size for job in self.jobs))
+            self.credit_per_world = False
         if self.kind == "function" and self.world_sizes != (1,):
             from autograder.checks import runs_to_the_end
 

@@ -13,9 +13,9 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import Check, first_records, scale_of
+from autograder.checks import Check, scale_of
 from autograder.exercises import Exercise
-from ddpcourse.given.ex1_3 import MICRO_BATCHES, ROWS, WIDTHS, batch, bounds, make_layers
+from ddpcourse.given.ex1_3 import MICRO_BATCHES, OTHER_DEPTHS, ROWS, WIDTHS, batch, bounds, make_layers
 
 TOL = dict(rtol=1e-4, atol=1e-6)
 
@@ -34,41 +34,58 @@ def _span(layers: list[int]) -> str:
 
 
 def _stages_split_the_model(runs):
-    n = len(WIDTHS) - 1
+    """Judged on the exercise's model and on stacks of other depths, each split by the student's stage_of."""
     for world in runs:
-        w = world.world_size
-        events, problem = first_records(world, "stage", "stage_of")
-        if problem:
-            return problem
-        held = {rank: [k for k in e.get("layers", []) if isinstance(k, int)] for rank, e in events.items()}
-        if len(held) < w:
-            continue  # a rank that never got this far: told as a crash
-        for rank, layers in held.items():
-            if not layers:
-                return f"world size {w}: rank {rank}'s stage holds none of the model's layers"
-            if w > 1 and len(layers) == n:
-                return (f"world size {w}: rank {rank} holds all {n} layers: a pipeline rank keeps only its own stage "
-                        "(and its parameters), a slice of the model")
-            if layers != list(range(layers[0], layers[0] + len(layers))):
-                return (f"world size {w}: rank {rank} holds layers {layers}: a stage is a run of consecutive "
-                        "layers, so that each stage's output is the next stage's input")
-        owners = Counter(k for layers in held.values() for k in layers)
-        repeated = [k for k in range(n) if owners[k] > 1]
-        if repeated:
-            return (f"world size {w}: layer {repeated[0]} is on ranks "
-                    f"{[r for r, layers in held.items() if repeated[0] in layers]}: each layer belongs to one stage")
-        missing = [k for k in range(n) if owners[k] == 0]
-        if missing:
-            return (f"world size {w}: {len(missing)} layer(s) on no rank ({_span(missing)} of {n}): when the world "
-                    f"size does not divide the {n} layers, some stages take one more")
-        order = sorted(held, key=lambda r: held[r][0])
-        if order != sorted(held):
-            return (f"world size {w}: " + ", ".join(f"rank {r} holds {_span(held[r])}" for r in sorted(held))
-                    + ": stage r must come before stage r + 1, as activations flow from rank 0 to the last rank")
-        sizes = [len(held[r]) for r in sorted(held)]
-        if max(sizes) - min(sizes) > 1:
-            return (f"world size {w}: stages of {', '.join(map(str, sizes))} layers: make them as even as possible "
-                    "(sizes differ by at most one), or the slowest stage sets the pace of all")
+        for index, n in enumerate((len(WIDTHS) - 1, *OTHER_DEPTHS)):
+            held, problem = _stages_held(world, index)
+            if problem or held is None:
+                return problem
+            problem = _split_problem(held, world.world_size, n)
+            if problem:
+                return f"world size {world.world_size}, a model of {n} layers: {problem}"
+
+
+def _stages_held(world, index: int) -> tuple[dict[int, list[int]] | None, str | None]:
+    """The layers each rank's stage held, for the `index`-th model stage_of was given; None if a rank never got there."""
+    held = {}
+    for r in world.ranks:
+        records = r.of("stage")
+        if len(records) <= index:
+            return None, None  # a rank that never got this far: told as a crash
+        if records[index].get("error"):
+            return None, f"{world.label}: on rank {r.rank}, stage_of raised {records[index]['error']}"
+        held[r.rank] = [k for k in records[index].get("layers", []) if isinstance(k, int)]
+    return held, None
+
+
+def _split_problem(held: dict[int, list[int]], w: int, n: int) -> str | None:
+    for rank, layers in held.items():
+        if not layers:
+            return f"rank {rank}'s stage holds none of the model's layers"
+        if w > 1 and len(layers) == n:
+            return (f"rank {rank} holds all {n} layers: a pipeline rank keeps only its own stage "
+                    "(and its parameters), a slice of the model")
+        if layers != list(range(layers[0], layers[0] + len(layers))):
+            return (f"rank {rank} holds layers {layers}: a stage is a run of consecutive "
+                    "layers, so that each stage's output is the next stage's input")
+    owners = Counter(k for layers in held.values() for k in layers)
+    repeated = [k for k in range(n) if owners[k] > 1]
+    if repeated:
+        return (f"layer {repeated[0]} is on ranks "
+                f"{[r for r, layers in held.items() if repeated[0] in layers]}: each layer belongs to one stage")
+    missing = [k for k in range(n) if owners[k] == 0]
+    if missing:
+        return (f"{len(missing)} layer(s) on no rank ({_span(missing)} of {n}): when the world "
+                f"size does not divide the {n} layers, some stages take one more")
+    order = sorted(held, key=lambda r: held[r][0])
+    if order != sorted(held):
+        return (", ".join(f"rank {r} holds {_span(held[r])}" for r in sorted(held))
+                + ": stage r must come before stage r + 1, as activations flow from rank 0 to the last rank")
+    sizes = [len(held[r]) for r in sorted(held)]
+    if max(sizes) - min(sizes) > 1:
+        return (f"stages of {', '.join(map(str, sizes))} layers: make them as even as possible "
+                "(sizes differ by at most one), or the slowest stage sets the pace of all")
+    return None
 
 
 def _loss_of_the_whole_batch(runs):

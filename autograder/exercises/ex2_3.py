@@ -15,6 +15,7 @@ from autograder.checks import (
     params_identical_across_ranks,
     runs_to_the_end,
     shares_disjoint_and_covering,
+    writers_saves,
 )
 from autograder.exercises import Exercise
 from autograder.launch import Layout
@@ -22,6 +23,7 @@ from autograder.reference import ddp_training, flat, training_on_shares
 from ddpcourse import TinyNet, make_model, toy_dataset
 
 N, EPOCHS, BATCH, LR = 96, 3, 8, 0.1
+ORDER = "the order of the samples changes every epoch (set_epoch(epoch) at the top of each)"
 
 
 @functools.cache
@@ -94,19 +96,39 @@ def _drew_from_samplers(runs) -> bool:
     return all(r.of("sampler_iter") for _, r in each_rank(runs))
 
 
-def _set_epoch_every_epoch(runs):
+def _order_changes_every_epoch(runs, why: bool = True):
+    """Observed in the orders each rank drew, epoch after epoch: a repeated order is the mistake, whatever
+    caused it. ``why=False`` tells the symptom alone (2.6, where finding the cause is the exercise)."""
     if not _drew_from_samplers(runs):
         return None  # no sampler at all: "each epoch the ranks' samples ..." names that mistake
     for world, r in each_rank(runs):
-        epochs = [e["epoch"] for e in r.of("sampler_iter")]
-        if len(epochs) != EPOCHS:
-            return f"{world.label}: rank {r.rank} went through its sampler {len(epochs)} times, expected {EPOCHS}"
-        if epochs != list(range(EPOCHS)):
-            called = [e.get("epoch") for e in r.of("set_epoch")]
-            cause = (f"set_epoch was called with {called}, not with the epoch number" if called else
-                     "set_epoch was never called")
-            return (f"{world.label}: rank {r.rank}'s sampler ran with epochs {epochs}: {cause}, "
-                    "so the epochs repeat one order")
+        iters = r.of("sampler_iter")
+        if len(iters) != EPOCHS:
+            return f"{world.label}: rank {r.rank} went through its sampler {len(iters)} times, expected {EPOCHS}"
+        orders = [[int(i) for i in it["indices"]] for it in iters]
+        repeated = next((e for e in range(1, EPOCHS) if orders[e] == orders[e - 1]), None)
+        if repeated is not None:
+            return (f"{world.label}: rank {r.rank} drew the same samples in the same order in epochs "
+                    f"{repeated - 1} and {repeated}" + (f": {_why_repeated(r, iters)}" if why else ""))
+
+
+def _why_repeated(r, iters) -> str:
+    if not all(it.get("shuffle") for it in iters):
+        return "its DistributedSampler was built with shuffle=False, so no epoch number changes the order"
+    called = [e.get("epoch") for e in r.of("set_epoch")]
+    if not called:
+        return "set_epoch was never called, so the sampler shuffles with the same seed every epoch"
+    return f"set_epoch was called with {called}, so the sampler shuffled with the same seed twice"
+
+
+def _batch_per_rank(runs):
+    """Each rank's training batches, as DDP's forward received them: BATCH rows (the last one of an epoch may be short)."""
+    for world, r in each_rank(runs):
+        rows = [e["rows"] for e in r.of("ddp_forward") if e.get("sync") and isinstance(e.get("rows"), int)]
+        if rows and max(rows) != BATCH:
+            return (f"{world.label}: rank {r.rank}'s model was given batches of {max(rows)} samples, expected "
+                    f"{BATCH}: BATCH_SIZE is what each process takes per step (the global batch is "
+                    f"BATCH_SIZE x world size)")
 
 
 def _one_writer(runs):
@@ -121,7 +143,7 @@ def _one_writer(runs):
 
 def _checkpoint(world):
     """What rank 0 saved last, as the grader read it back: (keys, float tensors by key), or a problem."""
-    saves = [e for e in world.ranks[0].of("save") if e.get("path")]
+    _, saves = writers_saves(world)
     if not saves:
         return None, f"{world.label}: rank 0 saved nothing to a file"
     path = saves[-1]["path"]
@@ -165,7 +187,7 @@ def _checkpoint_is_trained(runs):
         if any(n not in arrays for n in names):
             return "the checkpoint cannot be read as TinyNet's parameters"
         saved = torch.cat([torch.from_numpy(arrays[n]).flatten() for n in names])
-        final = world.ranks[0].final_params()
+        final = writers_saves(world)[0].final_params()
         if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
             return f"{world.label}: the checkpoint's weights are not the final trained weights"
 
@@ -199,8 +221,11 @@ EXERCISE = Exercise(
               hint="DDP(model, device_ids=[local_rank])"),
         Check("each epoch the ranks' samples are disjoint and cover the dataset", 3, _samples,
               hint="DataLoader(dataset, batch_size=BATCH_SIZE, sampler=DistributedSampler(dataset))"),
-        Check("set_epoch(epoch) at the top of every epoch, so the order changes every epoch", 3,
-              _set_epoch_every_epoch, hint="call sampler.set_epoch(epoch) first thing in each epoch"),
+        Check(ORDER, 2,
+              _order_changes_every_epoch, hint="a shuffling DistributedSampler, and sampler.set_epoch(epoch) "
+              "first thing in each epoch"),
+        Check("each process's batch is BATCH_SIZE samples", 1, _batch_per_rank,
+              hint="DataLoader(dataset, batch_size=BATCH_SIZE, sampler=...): the batch size is per process"),
         Check("parameters identical on all ranks after every optimizer step", 2, params_identical_across_ranks,
               hint="let DDP average the gradients: backward() on the DDP model's output"),
         Check("equal to the single-process reference trained on the same global batches", 3,

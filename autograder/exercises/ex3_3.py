@@ -15,7 +15,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import Check, each_rank
+from autograder.checks import Check, each_rank, writers_saves
 from autograder.exercises import Exercise
 from autograder.reference import flat, parameter_blocks
 from ddpcourse import MLP, make_mlp
@@ -131,8 +131,8 @@ def _consolidated_before_save(r, world) -> bool:
 
 
 def _saved(world) -> tuple[dict | None, str | None]:
-    """What rank 0 saved, read back by the grader: ({name: tensor}, values) or a problem."""
-    saves = [e for e in world.ranks[0].of("save") if e.get("path")]
+    """What the writer saved (checks.writers_saves), read back by the grader: ({name: tensor}, values) or a problem."""
+    _, saves = writers_saves(world)
     if not saves:
         event = world.ranks[0].first("saved")
         why = (f" (save_checkpoint raised {event['error'].split(':')[0]}: see the check on consolidating)"

@@ -3,8 +3,8 @@
 The script handed out is lesson 2's kind: it runs only under torchrun (it reads RANK from the
 environment unconditionally) and its settings are constants. The student makes it run unchanged as
 ``python train.py`` and under ``torchrun`` with any number of processes, with its settings from its
-command line. The grader launches it four times (python; torchrun with 1, 2 and 3 processes) with
-settings other than the script's defaults, and checks that each launch trains the same model as one
+command line. The grader launches it five times (python; torchrun with 1, 2 and 3 processes; two
+agents of one job, as on two machines) with settings other than the script's defaults, and checks that each launch trains the same model as one
 process on the same global batches.
 """
 
@@ -27,6 +27,7 @@ N, EPOCHS, GLOBAL_BATCH, LR, MOMENTUM, OUT = 96, 3, 12, 0.05, 0.9, "trained.pt"
 # What the grader passes: none of it is the script's default (2 epochs, batches of 16, lr 0.1, weights.pt).
 ARGS = ("--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--out", OUT)
 JOBS = (jobs.python(ARGS), jobs.standalone(1, ARGS), jobs.standalone(2, ARGS), jobs.standalone(3, ARGS))
+TWO_MACHINES = "torchrun, 2 machines of 1 process"
 
 
 @functools.cache
@@ -207,12 +208,15 @@ EXERCISE = Exercise(
     title="one script for every launch",
     kind="script",
     jobs=JOBS,
+    # and as two agents of one job, as on two machines, on a rendezvous of its own each grading
+    jobs_of=lambda code: (*JOBS, jobs.machines(2, 1, ARGS, name=TWO_MACHINES)),
     timeout=60.0,
     warm_imports=jobs.WARM_IMPORTS,
     expected=lambda seed: {"initial": flat(make_model(0))},
     work=_work,
     checks=[
-        runs_to_the_end("every launch runs to the end: python, and torchrun with 1, 2 and 3 processes", 3),
+        runs_to_the_end("every launch runs to the end: python, torchrun with 1, 2 and 3 processes, and on 2 machines",
+                        3),
         Check("under torchrun each worker joins one process group at the rank and size torchrun gave it", 2,
               _one_group_at_the_launchers_place, needs="partial",
               hint="init_process_group(backend) only when RANK is set; no mp.spawn, no rank or world size of your own"),

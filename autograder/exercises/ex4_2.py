@@ -3,9 +3,10 @@
 The student adds to 4.1's script a snapshot (model, optimizer, epoch) written by rank 0 at the end of
 every epoch, and a resume from it when the job starts. The grader runs the script three times under
 ``torchrun --max-restarts=2`` with two processes: never interrupted; with rank 1 killed (SIGKILL)
-in the middle of epoch 2; and with rank 0 killed while it writes its second file. Each killed job
-must finish after torchrun restarts it, with weights equal to the uninterrupted run's bit for bit,
-and without training again an epoch that a snapshot already held.
+in the middle of epoch 2; and with rank 0 killed while it writes its second file; and once more as
+two agents of one job, one process each, as on two machines (a writer chosen by LOCAL_RANK shows
+there only). Each killed job must finish after torchrun restarts it, with weights equal to the
+uninterrupted run's bit for bit, and without training again an epoch that a snapshot already held.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ JOBS = (
     jobs.standalone(2, ARGS, restarts=2, fault=KILLED_WRITING,
                     name="torchrun, 2 processes, rank 0 killed while writing its 2nd file"),
 )
+
+
+def two_machines() -> jobs.Job:
+    """The job on two machines, on a rendezvous of its own each grading: a writer chosen by LOCAL_RANK shows."""
+    return jobs.machines(2, 1, ARGS, restarts=2, planted=True, name="torchrun, 2 machines of 1 process, never interrupted")
 
 
 def steps(r) -> list[torch.Tensor]:
@@ -273,6 +279,7 @@ EXERCISE = Exercise(
     title="survive a killed worker: snapshots and resume",
     kind="script",
     jobs=JOBS,
+    jobs_of=lambda code: (*JOBS, two_machines()),
     exported=(SNAPSHOT,),
     timeout=60.0,
     warm_imports=jobs.WARM_IMPORTS,

@@ -12,7 +12,6 @@ jobs of their own.
 from __future__ import annotations
 
 import secrets
-import socket
 
 from autograder import jobs, nodes
 from autograder.checks import Check, params_identical_across_ranks, runs_to_the_end
@@ -24,20 +23,14 @@ from ddpcourse import make_model
 
 MACHINES, PER_MACHINE = 2, 2
 WORLD = MACHINES * PER_MACHINE
-HEAD = "127.0.0.1"
+HEAD = jobs.LOOPBACK
 
 
 def job_of(code: str) -> tuple[jobs.Job, ...]:
     """The cell's commands, run as one job on a port free now and with an id of its own."""
-    values = {"HEAD": HEAD, "PORT": str(_free_port()), "JOB_ID": f"ddpcourse-{secrets.token_hex(4)}"}
+    values = {"HEAD": HEAD, "PORT": str(jobs.free_port()), "JOB_ID": f"ddpcourse-{secrets.token_hex(4)}"}
     machines = nodes.read(code, MACHINES, values)
     return (jobs.from_commands(machines, WORLD, ARGS, name=f"{MACHINES} machines x {PER_MACHINE} workers"),)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HEAD, 0))
-        return sock.getsockname()[1]
 
 
 def _apart(world) -> str:

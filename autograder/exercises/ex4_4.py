@@ -1,6 +1,6 @@
 """Exercise 4.4: find and fix four planted bugs in a training script that must survive a killed worker.
 
-The script handed out has 4.2's contract (snapshots, resume, the same three torchrun jobs) and four
+The script handed out has 4.2's contract (snapshots, resume, the same four torchrun jobs) and four
 mistakes of the kinds lessons 2-4 taught. 4.2's checks judge it, with one more for the data order,
 and without their hints: each failing check names the symptom of a bug that is left, never its line.
 The report opens with how many of the four are fixed.

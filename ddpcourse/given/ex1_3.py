@@ -22,6 +22,16 @@ def make_layers(seed: int) -> nn.Sequential:
     return nn.Sequential(*(TanhLinear(a, b) for a, b in zip(WIDTHS, WIDTHS[1:])))
 
 
+OTHER_DEPTHS = (5, 11)  # stage_of is judged on stacks of these many layers too: a split that fits 7 only shows
+
+
+def make_stack(depth: int, seed: int) -> nn.Sequential:
+    """Another stack of ``depth`` layers of different widths, for stage_of alone."""
+    torch.manual_seed(300 + depth + seed)
+    widths = [3 + (5 * k + depth) % 7 for k in range(depth + 1)]
+    return nn.Sequential(*(TanhLinear(a, b) for a, b in zip(widths, widths[1:])))
+
+
 def batch(seed: int, case: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(500 + 10 * seed + case)
     return torch.randn(ROWS, WIDTHS[0], generator=g), torch.rand(ROWS, WIDTHS[-1], generator=g) * 2 - 1

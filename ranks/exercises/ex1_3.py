@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpcourse.given.ex1_3 import MICRO_BATCHES, batch, bounds, make_layers
+from ddpcourse.given.ex1_3 import MICRO_BATCHES, OTHER_DEPTHS, batch, bounds, make_layers, make_stack
 from ranks.rig import join_group, number, raised
 
 
@@ -15,6 +15,8 @@ def harness(student, place, rec, seed, **_):
     join_group()
     rank, w = place.rank, place.world_size
     rec.event("stage", **_stage_held(student, make_layers(seed), rank, w))
+    for depth in OTHER_DEPTHS:
+        rec.event("stage", depth=depth, **_stage_held(student, make_stack(depth, seed), rank, w))
     losses = []
     for case, micro in enumerate(MICRO_BATCHES):
         layers = bounds(w)[rank]

@@ -39,6 +39,19 @@ MISTAKES = {
         [("    layers = torch.tensor_split(torch.arange(len(model)), world_size)[rank]\n"
           "    return model[int(layers[0]):int(layers[-1]) + 1]\n",
           "    per = len(model) // world_size\n    return model[rank * per:(rank + 1) * per]\n")]),
+    "wrong_stage_remainder_on_last": (
+        "gives every rank len(model) // world_size layers and the last rank the rest: uneven when the rest is 2 or more",
+        [("    layers = torch.tensor_split(torch.arange(len(model)), world_size)[rank]\n"
+          "    return model[int(layers[0]):int(layers[-1]) + 1]\n",
+          "    per = len(model) // world_size\n"
+          "    return model[rank * per:(rank + 1) * per if rank < world_size - 1 else len(model)]\n")]),
+    "correct_extra_layers_last": (
+        "the stages that take one more layer are the last ones, not the first: as even as possible too",
+        [("    layers = torch.tensor_split(torch.arange(len(model)), world_size)[rank]\n"
+          "    return model[int(layers[0]):int(layers[-1]) + 1]\n",
+          "    sizes = [len(model) // world_size + (r >= world_size - len(model) % world_size) for r in range(world_size)]\n"
+          "    start = sum(sizes[:rank])\n"
+          "    return model[start:start + sizes[rank]]\n")]),
     "wrong_stage_whole_model": (
         "keeps the whole model on every rank",
         [("    layers = torch.tensor_split(torch.arange(len(model)), world_size)[rank]\n"

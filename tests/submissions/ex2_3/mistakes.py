@@ -7,6 +7,27 @@ MISTAKES = {
     "wrong_no_set_epoch": (
         "forgets sampler.set_epoch(epoch): the same order every epoch",
         [("        sampler.set_epoch(epoch)\n", "")]),
+    "wrong_sampler_unshuffled": (
+        "a sampler that never shuffles: set_epoch is called, but the order is the same every epoch",
+        [("DistributedSampler(dataset)", "DistributedSampler(dataset, shuffle=False)")]),
+    "wrong_set_epoch_zero": (
+        "set_epoch(0) every epoch: called, but with the same number",
+        [("sampler.set_epoch(epoch)", "sampler.set_epoch(0)")]),
+    "wrong_batch_times_world_size": (
+        "takes the global batch on every process: each rank's batch is world size times too big",
+        [("batch_size=BATCH_SIZE,", "batch_size=BATCH_SIZE * dist.get_world_size(),")]),
+    "wrong_barrier_before_backward_on_rank0": (
+        "rank 0 waits in a barrier while the others are inside DDP's gradient all-reduce in backward()",
+        [("            loss.backward()\n",
+          "            if dist.get_rank() == 0:\n                dist.barrier()\n            loss.backward()\n")]),
+    "correct_new_sampler_each_epoch": (
+        "a new shuffling sampler every epoch, seeded with the epoch number, instead of set_epoch: the order changes",
+        [("        sampler.set_epoch(epoch)\n        for x, y in loader:\n",
+          "        sampler = DistributedSampler(dataset, seed=epoch)\n"
+          "        for x, y in DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler):\n")]),
+    "wrong_last_rank_saves": (
+        "the last rank alone writes the checkpoint: one writer, the right file, but not global rank 0",
+        [("    if dist.get_rank() == 0:\n", "    if dist.get_rank() == dist.get_world_size() - 1:\n")]),
     "wrong_every_rank_saves": (
         "every rank writes the checkpoint",
         [(SAVE, "    torch.save(model.module.state_dict(), CHECKPOINT)\n")]),
@@ -25,6 +46,10 @@ MISTAKES = {
     "wrong_shuffle_beside_sampler": (
         "shuffle=True beside the sampler",
         [("sampler=sampler)", "sampler=sampler, shuffle=True)")]),
+    "wrong_barrier_on_rank0_at_three_ranks": (
+        "rank 0 waits in a barrier that the others never call, from three processes on: two run to the end",
+        [(SAVE, SAVE.replace("        torch.save", "        if dist.get_world_size() > 2:\n            dist.barrier()\n"
+                                                    "        torch.save"))]),
     "wrong_barrier_on_rank0_only": (
         "waits for the other ranks before saving, but only rank 0 calls the barrier",
         [(SAVE, SAVE.replace("        torch.save", "        dist.barrier()\n        torch.save"))]),

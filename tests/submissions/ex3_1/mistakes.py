@@ -9,6 +9,9 @@ STATS = """    stats = torch.cat([x.sum(dims), (x * x).sum(dims), count])
 """
 
 MISTAKES = {
+    "wrong_eps_outside_sqrt": (
+        "adds eps after the square root: the same for large variances, wrong for a channel whose variance is below eps",
+        [("torch.sqrt(var.view(shape) + eps)", "(torch.sqrt(var.view(shape)) + eps)")]),
     "wrong_mean_of_means": (
         "averages the ranks' means and variances, as if every rank had as many samples",
         [(STATS, "    stats = all_reduce(torch.cat([x.mean(dims), x.var(dims, unbiased=False), count]))\n"

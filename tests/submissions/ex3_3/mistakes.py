@@ -20,6 +20,10 @@ MISTAKES = {
     "wrong_saves_local_shard": (
         "saves the local optimizer's state, rank 0's shard only",
         [('"optimizer": optimizer.state_dict()', '"optimizer": optimizer.optim.state_dict()')]),
+    "wrong_last_rank_saves": (
+        "consolidates to the last rank, which alone saves: one writer, but not rank 0",
+        [(CONSOLIDATE, "    last = dist.get_world_size() - 1\n    optimizer.consolidate_state_dict(to=last)\n"),
+         ("    if dist.get_rank() == 0:\n        torch.save(", "    if dist.get_rank() == last:\n        torch.save(")]),
     "wrong_every_rank_saves": (
         "has every rank save the checkpoint",
         [("    if dist.get_rank() == 0:\n        torch.save(", "    if True:\n        torch.save(")]),

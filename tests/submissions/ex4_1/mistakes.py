@@ -5,6 +5,15 @@ PARSED = "    args = parser.parse_args()\n"
 RANK = '    rank = int(os.environ.get("RANK", 0))\n'
 
 MISTAKES = {
+    "wrong_sampler_local_rank": (
+        "gives the sampler LOCAL_RANK: the same as RANK on one machine, a share drawn twice on two",
+        [("rank=rank, shuffle", "rank=local_rank, shuffle")]),
+    "wrong_sets_its_own_master_port": (
+        "overwrites MASTER_ADDR and MASTER_PORT before joining: torchrun's agent hosts the store where it said",
+        [("        dist.init_process_group(backend)\n",
+          '        os.environ["MASTER_ADDR"] = "127.0.0.1"\n'
+          '        os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)\n'
+          "        dist.init_process_group(backend)\n")]),
     "wrong_local_rank_argument": (
         "takes its rank from a --local_rank argument, the old launcher's way (torchrun passes none)",
         [(PARSED, '    parser.add_argument("--local_rank", type=int, default=0)\n' + PARSED),

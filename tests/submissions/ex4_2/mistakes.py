@@ -4,6 +4,9 @@ BASE = "correct_epoch_snapshots.py"
 LOAD = "    if os.path.exists(args.snapshot):  # a restarted job: every rank loads the same, whole snapshot\n"
 
 MISTAKES = {
+    "wrong_writer_local_rank": (
+        "has the first process of every machine write the snapshot (LOCAL_RANK 0): one writer per machine",
+        [("        if rank == 0:\n            save_snapshot(", "        if local_rank == 0:\n            save_snapshot(")]),
     "wrong_no_resume": (
         "writes snapshots but never reads them: a restarted job starts over",
         [(LOAD, "    if False:\n")]),

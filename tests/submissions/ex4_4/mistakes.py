@@ -12,6 +12,9 @@ MISTAKES = {
           '    parser.add_argument("--snapshot", default="snapshot.pt")\n'
           '    parser.add_argument("--local_rank", type=int, default=0)\n'),
          ("    is_main = rank == 0\n", "    is_main = args.local_rank == 0\n")]),
+    "wrong_writer_from_local_rank_env": (
+        "decides the writer by LOCAL_RANK: right on one machine, one writer per machine on several",
+        [("    is_main = rank == 0\n", "    is_main = local_rank == 0\n")]),
     "wrong_optimizer_not_restored": (
         "restores the model and the epoch from the snapshot, not the optimizer",
         [('    optimizer.load_state_dict(snapshot["optimizer"])\n', "")]),
