@@ -67,6 +67,7 @@ class Check:
     hint: str = ""
     needs: str = "complete"
     gpu_only: bool = False
+    hint_for: Callable[[Runs], str] | None = None  # a hint that depends on what was seen, in place of ``hint``
 
     def result(self, status: str, message: str = "") -> CheckResult:
         return CheckResult(self.name, status, self.points if status == "passed" else 0, self.points, message)
@@ -96,7 +97,8 @@ class Check:
         except Exception as exc:  # the evidence came from the submission: malformed is a failure, not a crash
             return self.result("failed", f"what the ranks recorded for this check is malformed ({type(exc).__name__})")
         if message:
-            return self.result("failed", message + (f"\nHint: {self.hint}" if self.hint else ""))
+            hint = self.hint_for(runs) if self.hint_for else self.hint
+            return self.result("failed", message + (f"\nHint: {hint}" if hint else ""))
         return None
 
     def _judge_each_world(self, runs: Runs, broken: WorldRun) -> CheckResult:
@@ -168,9 +170,10 @@ def runs_to_the_end(name: str, points: float) -> Check:
 
     def verify(runs):
         broken = runs.first_incomplete()
-        return f"{summary(broken)} (see above)\nHint: {hint_for(broken)}" if broken is not None else None
+        return f"{summary(broken)} (see above)" if broken is not None else None
 
-    return Check(name, points, verify, needs="partial")  # the hint fits how the launch ended: in the message
+    # the hint fits how the launch ended: a crash, a deadlock or the time limit
+    return Check(name, points, verify, needs="partial", hint_for=lambda runs: hint_for(runs.first_incomplete()))
 
 
 def each_rank(runs: Runs):
@@ -196,9 +199,10 @@ def first_records(world: WorldRun, kind: str, what: str) -> tuple[dict[int, dict
 
 
 def writers_saves(world: WorldRun) -> tuple[RankRecord, list[dict]]:
-    """The checkpoint writer and its saves to files: rank 0, or else the one rank that saved. Who wrote is
-    the writer check's concern; the checkpoint's checks judge what was written, so a mistake is charged once."""
-    saves = {r.rank: [e for e in r.of("save") if e.get("path")] for r in world.ranks}
+    """The checkpoint writer and its saves to files (each path where the file ended up): rank 0, or else the one
+    rank that saved. Who wrote is the writer check's concern; the checkpoint's checks judge what was written,
+    so a mistake is charged once."""
+    saves = {r.rank: [{**e, "path": r.where_it_ended(e)} for e in r.of("save") if e.get("path")] for r in world.ranks}
     writers = [r for r in world.ranks if saves[r.rank]]
     writer = writers[0] if len(writers) == 1 else world.ranks[0]
     return writer, saves[writer.rank]

@@ -369,8 +369,8 @@ def _timeline(exercise, worlds) -> dict | None:
 def _export_checkpoints(host: RankHost, world, where: Directory, grading: Directory, named: list[str] = ()):
     """Every file a rank saved with torch.save, and the files ``named``, read back by the host as plain arrays
     into a directory the grader makes once the ranks are gone."""
-    paths = list(dict.fromkeys(named + [
-        e["path"] for r in world.ranks for e in r.of("save") if isinstance(e.get("path"), str)]))[:_EXPORTS_PER_WORLD]
+    saved = [r.where_it_ended(e) for r in world.ranks for e in r.of("save")]
+    paths = list(dict.fromkeys(named + [p for p in saved if isinstance(p, str)]))[:_EXPORTS_PER_WORLD]
     if not paths or not host.alive():
         return
     out = host.directory(where, "exports")

@@ -100,6 +100,15 @@ class RankRecord:
         calls = [e for e in self.events if e.get("kind") in ("enter", "leave")]
         return calls[-1] if calls and calls[-1]["kind"] == "enter" else None
 
+    def where_it_ended(self, save: dict) -> str | None:
+        """Where the file a save wrote ended up: its path, followed through the renames this rank made after
+        it (a snapshot written beside its place, then os.replace()d onto it)."""
+        path = save.get("path")
+        for e in self.of("placed"):
+            if e.get("how") == "rename" and e.get("seq", 0) > save.get("seq", 0) and e.get("source") == path:
+                path = e.get("path")
+        return path if isinstance(path, str) else None
+
     def final_params(self) -> torch.Tensor | None:
         return self.snapshots[-1][1] if self.snapshots else None
 

@@ -70,6 +70,7 @@ class Recorder:
         # A fault a job plants (worker.py): called after each optimizer step, and in place of torch.save.
         self.on_step = None
         self.on_save = None
+        self.on_copy = None  # the same, in place of shutil.copyfile
         self._digest = hashlib.sha256()  # of every line written: the grader compares it with the file
         self._lock = threading.RLock()
         self._log = open(workdir / f"rank{rank}.events", "w", buffering=1)
@@ -234,6 +235,7 @@ def install(rec: Recorder):
     _wrap_sampler(rec)
     _wrap_dataloader(rec)
     _wrap_save(rec)
+    _wrap_file_moves(rec)
     _wrap_optimizer(rec)
 
 
@@ -369,9 +371,12 @@ def _wrap_functional_collectives(rec: Recorder):
     def issued(name):
         def make(original):
             def wrapper(*args, **kwargs):
-                rec.event("collective", op=name, functional=True, caller=caller(), done=False,
+                where = caller()
+                rec.event("collective", op=name, functional=True, caller=where, done=False,
                           **_tensor_info(args[0] if args else kwargs.get("self")))
-                return original(*args, **kwargs)
+                out = original(*args, **kwargs)
+                rec.event("collective_done", op=name, caller=where)  # issued: no wait until its result is used
+                return out
             return wrapper
         return make
 
@@ -446,8 +451,12 @@ def _wrap_ddp(rec: Recorder):
     def counting_allreduce(state, bucket):
         if bucket.is_last():
             rec.event("gradient_allreduce")
-        with lock:  # entered after the all-reduce is issued: its own (asynchronous) record comes first
-            future = default_hooks.allreduce_hook(state, bucket)
+        with lock:
+            outer, _calling.active = getattr(_calling, "active", False), True  # DDP's call, not the student's
+            try:
+                future = default_hooks.allreduce_hook(state, bucket)
+            finally:
+                _calling.active = outer
             in_flight["buckets"] += 1
             if in_flight["buckets"] == 1:
                 in_flight["n"] = rec.enter(name, caller=caller())
@@ -547,13 +556,48 @@ def _wrap_dataloader(rec: Recorder):
     _patch(rec, DataLoader, "__init__", init)
 
 
+def _path_of(f) -> str | None:
+    """The absolute path a save writes to: given as a path, or the name of an open file (a temporary one)."""
+    name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
+    return os.path.abspath(name) if isinstance(name, (str, os.PathLike)) else None
+
+
+def _wrap_file_moves(rec: Recorder):
+    """Copies and renames of whole files, recorded as each puts a file in place ("placed"). A copy writes bytes
+    (shutil.move across file systems copies): where a fault is planted, it asks halfway like a save does."""
+    import shutil
+
+    def copyfile(original):
+        def wrapper(src, dst, *args, **kwargs):
+            where = {"path": _path_of(dst), "source": _path_of(src)}
+            rec.event("copy", **where)
+            if rec.on_copy is not None and not os.path.isdir(dst):
+                out = rec.on_copy(original, src, dst, args, kwargs)
+            else:
+                out = original(src, dst, *args, **kwargs)
+            rec.event("placed", how="copy", **where)
+            return out
+        return wrapper
+
+    def rename(original):
+        def wrapper(src, dst, *args, **kwargs):
+            out = original(src, dst, *args, **kwargs)
+            rec.event("placed", how="rename", path=_path_of(dst), source=_path_of(src))
+            return out
+        return wrapper
+
+    _patch(rec, shutil, "copyfile", copyfile)
+    _patch(rec, os, "replace", rename)
+    _patch(rec, os, "rename", rename)
+
+
 def _wrap_save(rec: Recorder):
     def save(original):
         def wrapper(obj, f, *args, **kwargs):
             if getattr(_calling, "active", False):  # a collective serializing objects, not a checkpoint
                 return original(obj, f, *args, **kwargs)
             keys = [str(k) for k in obj.keys()] if isinstance(obj, dict) else None
-            path = os.path.abspath(f) if isinstance(f, (str, os.PathLike)) else None
+            path = _path_of(f)
             rec.event("save", path=path, keys=keys, type=type(obj).__name__, caller=caller())
             if rec.on_save is not None:
                 out = rec.on_save(original, obj, f, args, kwargs)

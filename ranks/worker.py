@@ -139,8 +139,8 @@ def preload():
 
 
 def _ask_at_checkpoints(rec, sock):
-    """Stop after each optimizer step, and halfway through writing each file, to ask the host whether
-    to go on: where the job's fault lands, the host kills this worker (faults.py)."""
+    """Stop after each optimizer step, and halfway through writing each file (torch.save, or a copy), to ask
+    the host whether to go on: where the job's fault lands, the host kills this worker (faults.py)."""
     from ranks.faults import Line
 
     line = Line(sock)
@@ -155,7 +155,14 @@ def _ask_at_checkpoints(rec, sock):
         else:
             _halves(f, data, line)
 
-    rec.on_step, rec.on_save = lambda: line.ask("step"), save
+    def copy(original, src, dst, args, kwargs):
+        with open(src, "rb") as source:
+            data = source.read()
+        with open(dst, "wb") as out:
+            _halves(out, data, line)
+        return dst
+
+    rec.on_step, rec.on_save, rec.on_copy = lambda: line.ask("step"), save, copy
 
 
 def _halves(out, data: bytes, line):

@@ -90,6 +90,7 @@ CAUGHT_BY = {
     ("1.1", "wrong_averages_a_copy"): {MEAN},
     ("1.1", "wrong_only_weights"): {MEAN},
     ("1.1", "wrong_reduce_to_rank0"): {MEAN},
+    ("1.1", "wrong_broadcasts_a_copy"): {"after broadcast_parameters every rank holds rank 0's weights"},
     ("1.1", "wrong_broadcast_from_own_rank"): {RUNS["1.1"], "after broadcast_parameters every rank holds rank 0's weights"},
     ("1.1", "wrong_broadcast_on_rank0_only"): {RUNS["1.1"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("1.1", "wrong_frozen_crashes"): {"a frozen parameter (no gradient) is left alone, without an error"},
@@ -100,6 +101,7 @@ CAUGHT_BY = {
     ("1.3", "wrong_backward_only_on_last_rank"): {GRADIENTS, GPIPE},  # no gradient back: two symptoms
     ("1.3", "wrong_received_without_grad"): {RUNS["1.3"], GRADIENTS},
     ("1.3", "wrong_loss_not_divided"): {GRADIENTS},
+    ("1.3", "wrong_returns_loss_divided_twice"): {"the last rank returns the loss of the whole batch, equal to the unsplit model's"},
     ("1.3", "wrong_returns_sum_of_losses"): {"the last rank returns the loss of the whole batch, equal to the unsplit model's"},
     ("1.3", "wrong_whole_batch_at_once"): {GPIPE},
     ("1.3", "wrong_backward_after_each_forward"): {GPIPE},
@@ -190,9 +192,11 @@ CAUGHT_BY = {
     ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
     ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
     ("4.2", "wrong_restart_count_as_epoch"): {TWICE, BIT_FOR_BIT},
+    ("4.2", "wrong_set_epoch_counts_from_the_resume"): {BIT_FOR_BIT},
     ("4.2", "wrong_every_rank_writes"): {"snapshots written by one rank: global rank 0"},
     ("4.2", "wrong_writer_local_rank"): {"snapshots written by one rank: global rank 0"},
     ("4.2", "wrong_reads_before_written"): {"every rank reads a snapshot only once rank 0 has finished writing it"},
+    ("4.2", "wrong_moved_from_system_temp"): {RUNS["4.2"], "a snapshot is written atomically: a kill during the write leaves the last one whole"},
     ("4.2", "wrong_written_in_place"): {RUNS["4.2"], "a snapshot is written atomically: a kill during the write leaves the last one whole"},
     ("2.0", "wrong_broadcast_each_step"): {"Q1: how DDP keeps the replicas identical",
                                            "Q4: samples in one optimizer step"},
@@ -379,6 +383,20 @@ def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():
     assert "Hint: read the error above" in crash.message and "because it was gone" not in crash.message, crash.message
 
 
+def test_ddps_own_gradient_all_reduce_is_never_told_as_the_codes():
+    once = "gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"
+    ddp_every_micro_batch = {c.name: c for c in graded("2.5", "wrong_no_no_sync").checks}[once]
+    by_hand = {c.name: c for c in graded("2.5", "wrong_manual_sum_allreduce").checks}[once]
+    assert "itself" not in ddp_every_micro_batch.message, ddp_every_micro_batch.message
+    assert "the code all-reduced gradients itself" in by_hand.message, by_hand.message
+
+
+def test_a_sampler_numbered_from_the_resume_is_told_as_such_not_as_a_resume_at_the_wrong_epoch():
+    check = {c.name: c for c in graded("4.2", "wrong_set_epoch_counts_from_the_resume").checks}[BIT_FOR_BIT]
+    assert "took the 16 steps left, but its sampler drew the order of epoch 0" in check.message, check.message
+    assert "go on at the epoch after" not in check.message
+
+
 def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():
     # the negative control only means something if the data make the two numbers differ
     report = graded("2.4", "wrong_mean_of_accuracies")
@@ -489,6 +507,10 @@ def test_the_single_process_script_2_3_starts_from_scores_nothing_and_says_why()
 def test_the_script_2_6_hands_out_fails_the_checks_of_all_its_bugs_at_once():
     report = handed_out("2.6", "02_ddp_basics.ipynb", "given_buggy")
     assert {c.name for c in report.checks if c.status == "failed"} == set(BUGS.values()), report.to_text()
+    # its points are the planted bugs': as handed out it earns only what it already did right
+    assert report.score <= report.max_score / 6, report.to_text()
+    assert report.problem.startswith(f"Planted bugs fixed: 0 of {len(BUGS)}."), report.problem
+    assert "Hint" not in report.to_text() and "set_epoch" not in report.to_text()  # symptoms, not causes
 
 
 def test_the_script_3_2_hands_out_scores_nothing_and_says_why():

@@ -53,12 +53,19 @@ def _same_weights_as_rank_0(runs):
             owner = _whose(got, starts)
             if owner is not None:
                 return (f"{world.label}: after broadcast_parameters rank {r.rank} holds rank "
-                        f"{owner}'s initial weights, not rank 0's"
-                        + (": it kept its own (broadcast from src=0 on every rank, not from its own rank)"
-                           if owner == r.rank else ""))
+                        f"{owner}'s initial weights, not rank 0's" + (_kept_its_own(r) if owner == r.rank else ""))
             wrong = [name for name, part in blocks if not torch.allclose(got[part], starts[0][part], **TOL)]
             return (f"{world.label}: after broadcast_parameters rank {r.rank}'s {', '.join(wrong)} "
                     f"differ(s) from rank 0's; the other parameters match")
+
+
+def _kept_its_own(r) -> str:
+    """Why a rank still holds its own weights, when every broadcast named the right source (_same_root)."""
+    if not any(e.get("op") == "broadcast" for e in r.of("collective")):
+        return ": it called no broadcast"
+    return (": its broadcasts named src=0 but filled a copy of the parameters (parameters_to_vector, clone, "
+            "torch.cat...), which nothing copied back; broadcast each p.data itself, in place, or copy the "
+            "result back into the parameters")
 
 
 def _initial(runs, rank: int) -> torch.Tensor:

@@ -108,7 +108,9 @@ def _loss_of_the_whole_batch(runs):
                         "mean")
             if abs(got * micro - want) <= 1e-4 * abs(want) + 1e-6:
                 return (f"{label}: the last rank returned {got:.6g}, 1/{micro} of the loss of the whole batch "
-                        f"({want:.6g}): one micro-batch's share, not the sum of all of them")
+                        f"({want:.6g}): divided by the number of micro-batches twice (the mean of losses already "
+                        "divided by it for the backward pass); the batch's loss is the mean of the micro-batches' "
+                        "mean losses")
             return f"{label}: the last rank returned {got:.6g}; the loss of the whole batch is {want:.6g}"
 
 

@@ -16,7 +16,6 @@ import functools
 
 from autograder.exercises import ex2_3
 
-RUNS = "the script runs to the end on every rank"
 WRITER = "exactly one checkpoint writer: global rank 0"
 REFERENCE = "equal to the single-process reference trained on the same global batches"
 KEYS = "checkpoint keys have no 'module.' prefix and load strictly into the plain model"
@@ -28,12 +27,10 @@ OTHER_POINTS = {"DDP on GPUs: device_ids=[local_rank]": 0}  # the others: half a
 
 
 def _as_in_2_6(check):
-    if check.name == RUNS:
-        return dataclasses.replace(check, points=0.5)  # its hint tells how to read a crash, not a fix
     if check.name == ex2_3.ORDER:
         check = dataclasses.replace(check, name=ORDER, verify=functools.partial(check.verify, why=False))
     points = BUG_POINTS if check.name in PLANTED else OTHER_POINTS.get(check.name, 0.5)
-    return dataclasses.replace(check, points=points, hint="")
+    return dataclasses.replace(check, points=points, hint="", hint_for=None)
 
 
 EXERCISE = dataclasses.replace(

@@ -147,7 +147,7 @@ def _settings_from_the_command_line(runs):
             if batches and batches != {GLOBAL_BATCH // size}:
                 return (f"{world.label}: rank {r.rank} loads batches of {sorted(batches)[0]}, but --global-batch "
                         f"{GLOBAL_BATCH} is all ranks together: {GLOBAL_BATCH // size} per rank with {size} process(es)")
-        saved = [Path(e["path"]).name for e in world.ranks[0].of("save") if isinstance(e.get("path"), str)]
+        saved = [Path(p).name for p in map(world.ranks[0].where_it_ended, world.ranks[0].of("save")) if p]
         if saved and OUT not in saved:
             return f"{world.label}: rank 0 saved to {saved[-1]}, not to the file the command line named (--out {OUT})"
 

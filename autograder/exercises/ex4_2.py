@@ -146,13 +146,19 @@ def _atomic(runs):
     path = event.get("path")
     target = str(world.workdir / "run" / SNAPSHOT)
     if path == target:
+        copying = any(e.get("path") == target for a in world.attempts[:1] for r in a if r.rank == 0
+                      for e in r.of("copy"))
         return (f"{world.label}: rank 0 was killed while it wrote {SNAPSHOT} itself, and left it half written: "
-                "a restart then finds no snapshot it can load. Write to a temporary file in the same "
-                "directory, then os.replace() it onto the snapshot")
+                "a restart then finds no snapshot it can load. "
+                + ("A copy onto it is such a write (shutil.move copies when the file comes from another file "
+                   "system, as the system's temporary directory may be). " if copying else "")
+                + "Write to a temporary file in the same directory, then os.replace() it onto the snapshot")
 
 
 def _loads_before_training(runs):
     for world in killed(runs):
+        if not _resume_point(world):
+            continue  # no whole snapshot was in place when the job restarted: nothing to load
         for k, attempt in enumerate(world.attempts[1:], start=1):
             for r in attempt:
                 first_step = next((e["seq"] for e in r.of("optimizer_step")), None)
@@ -196,6 +202,14 @@ def _reads_after_the_write(runs):
                                     "reads the previous snapshot, or none, depending on which rank is faster")
 
 
+def _snapshot_in_place(r) -> list[int]:
+    """When a whole snapshot was put at its path: saved there, or renamed or copied onto it (a save to a file
+    object whose path the trace cannot tell counts too)."""
+    def onto_snapshot(e):
+        return e.get("path") is None or Path(str(e["path"])).name == SNAPSHOT
+    return sorted(e["seq"] for kind in ("saved", "placed") for e in r.of(kind) if onto_snapshot(e))
+
+
 def _resume_point(world) -> int | None:
     """Steps the restart must not take again: the epochs completed before a kill in an epoch; the steps
     before the last file written whole, for a kill during a write."""
@@ -204,7 +218,7 @@ def _resume_point(world) -> int | None:
         return None
     rank0 = first[0]
     if world.job.endswith("2nd file"):
-        done = [e["seq"] for e in rank0.of("saved")]
+        done = _snapshot_in_place(rank0)
         if not done:
             return 0
         return sum(1 for e in rank0.of("optimizer_step") if e["seq"] < done[-1])
@@ -264,7 +278,12 @@ def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:
     if step < len(want) and after and not torch.equal(after[0], want[step]):
         epoch = next((e.get("epoch") for e in world.ranks[0].of("sampler_iter")), None)
         due = step // STEPS_PER_EPOCH
-        if epoch != (drawn[due] if due < len(drawn) else due):
+        expected = drawn[due] if due < len(drawn) else due
+        if epoch != expected and len(after) == len(want) - step:  # the loop went on where it should
+            return (f"The restart began from the weights after step {step} and took the {len(after)} steps left, "
+                    f"but its sampler drew the order of epoch {epoch} where the uninterrupted run drew epoch "
+                    f"{expected}'s: set_epoch with the epoch the loop is at, in every attempt.")
+        if epoch != expected:
             return (f"The restart began from the weights after step {step}, the end of epoch "
                     f"{step // STEPS_PER_EPOCH - 1}, but then trained epoch {epoch}'s batches: go on at the epoch "
                     "after the one the snapshot holds.")

@@ -4,6 +4,11 @@ BASE = "correct_loops.py"
 REDUCE = "            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)\n            p.grad /= world_size\n"
 
 MISTAKES = {
+    "wrong_broadcasts_a_copy": (
+        "broadcasts parameters_to_vector(...) from rank 0 and never copies it back into the parameters",
+        [("    for p in model.parameters():\n        dist.broadcast(p.data, src=0)\n",
+          "    flat = torch.nn.utils.parameters_to_vector(model.parameters())\n    dist.broadcast(flat, src=0)\n"),
+         ("import torch.distributed as dist\n", "import torch\nimport torch.distributed as dist\n")]),
     "wrong_summed": (
         "sums the gradients and never divides by the world size",
         [("            p.grad /= world_size\n", "")]),

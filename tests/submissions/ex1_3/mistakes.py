@@ -11,6 +11,10 @@ BACKWARD = """        grad = None
 """
 
 MISTAKES = {
+    "wrong_returns_loss_divided_twice": (
+        "returns the mean of the losses already divided by the number of micro-batches",
+        [("            losses.append(batch_loss.item())\n            out = batch_loss / len(xs)\n",
+          "            out = batch_loss / len(xs)\n            losses.append(out.item())\n")]),
     "wrong_backward_only_on_last_rank": (
         "calls backward on the last rank only, as if autograd followed the activations to the other ranks",
         [(BACKWARD, "        if last:\n            out.backward()\n")]),

@@ -28,6 +28,10 @@ MISTAKES = {
     "wrong_last_rank_saves": (
         "the last rank alone writes the checkpoint: one writer, the right file, but not global rank 0",
         [("    if dist.get_rank() == 0:\n", "    if dist.get_rank() == dist.get_world_size() - 1:\n")]),
+    "correct_saved_beside_then_replaced": (
+        "writes the checkpoint beside its place, then os.replace()s it there: the file judged is where it ended up",
+        [(SAVE, "    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), CHECKPOINT + '.partial')\n"
+                "        os.replace(CHECKPOINT + '.partial', CHECKPOINT)\n")]),
     "wrong_every_rank_saves": (
         "every rank writes the checkpoint",
         [(SAVE, "    torch.save(model.module.state_dict(), CHECKPOINT)\n")]),

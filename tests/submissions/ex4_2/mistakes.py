@@ -4,6 +4,23 @@ BASE = "correct_epoch_snapshots.py"
 LOAD = "    if os.path.exists(args.snapshot):  # a restarted job: every rank loads the same, whole snapshot\n"
 
 MISTAKES = {
+    "wrong_moved_from_system_temp": (
+        "writes the snapshot in the system's temporary directory, then shutil.move()s it: a copy across file systems",
+        [("    with tempfile.NamedTemporaryFile(dir=directory, delete=False) as tmp:\n",
+          "    with tempfile.NamedTemporaryFile(delete=False) as tmp:\n"),
+         ("    os.replace(tmp.name, path)\n", "    shutil.move(tmp.name, path)\n"),
+         ("import tempfile\n", "import shutil\nimport tempfile\n")]),
+    "correct_copied_beside_then_replaced": (
+        "writes the snapshot in the system's temporary directory, copies it beside the snapshot, then os.replace()s",
+        [("    with tempfile.NamedTemporaryFile(dir=directory, delete=False) as tmp:\n",
+          "    with tempfile.NamedTemporaryFile(delete=False) as tmp:\n"),
+         ("    os.replace(tmp.name, path)\n",
+          "    beside = os.path.join(directory, '.snapshot.partial')\n    shutil.copy(tmp.name, beside)\n"
+          "    os.remove(tmp.name)\n    os.replace(beside, path)\n"),
+         ("import tempfile\n", "import shutil\nimport tempfile\n")]),
+    "wrong_set_epoch_counts_from_the_resume": (
+        "resumes at the right epoch, but numbers the sampler's epochs from the resume: set_epoch(epoch - first_epoch)",
+        [("        sampler.set_epoch(epoch)\n", "        sampler.set_epoch(epoch - first_epoch)\n")]),
     "wrong_writer_local_rank": (
         "has the first process of every machine write the snapshot (LOCAL_RANK 0): one writer per machine",
         [("        if rank == 0:\n            save_snapshot(", "        if local_rank == 0:\n            save_snapshot(")]),
