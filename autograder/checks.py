@@ -9,7 +9,12 @@ cannot mean anything on this machine. ``needs`` says what evidence the check mus
   several ranks (the crash itself is charged by the exercise's "runs to the end" check);
   otherwise it reports why it could not be judged, as an error or a timeout;
 - "partial": the check may *fail* on what was seen before a crash or a hang (a rank that
-  called a collective the others never called), but can only *pass* on complete runs.
+  called a collective the others never called), but can only *pass* on complete runs;
+- "all": judged only when every launch completed (a promise about every launch, like "after each
+  kill the final weights equal the uninterrupted run's", that no subset can keep).
+
+Where each launch is one world size (``Exercise.credit_per_world``), a check instead earns its points
+in proportion to the launches at which it was judged and held (``Check._judge_each_world``).
 
 Before any check, two gates (``judge_all``): a submission that replaced the grader's
 instrumentation scores nothing, and so does one that did none of the exercise's work
@@ -76,6 +81,8 @@ class Check:
         if self.gpu_only and runs.backend != "nccl":
             return self.result("skipped", SKIPPED_ON_CPU)
         broken = runs.first_incomplete()
+        if broken is not None and self.needs == "all":
+            return _could_not_judge(self, broken)
         if broken is not None and per_world:
             return self._judge_each_world(runs, broken)
         if broken is not None and self.needs == "complete" and not _enough(runs.completed(), runs):
@@ -102,31 +109,37 @@ class Check:
         return None
 
     def _judge_each_world(self, runs: Runs, broken: WorldRun) -> CheckResult:
-        """Points in proportion to the world sizes at which the check was judged and held: a launch that
-        crashed or hung earns the checks it would have judged nothing (its "runs to the end" says why)."""
+        """Points in proportion to the launches at which the check was judged and held: a launch that crashed or
+        hung earns the checks it would have judged nothing (its "runs to the end" says why), and so does one not
+        made after a launch that ran out of time. One process shows no distributed mistake: where several were
+        asked for, launches of one process do not count."""
         done = runs.completed()
         if self.needs == "partial" or done.worlds:  # a "partial" check may fail on what a broken launch showed
             verdict = self._verify(runs if self.needs == "partial" else done)
             if verdict is not None:
                 return verdict
-        status = "timeout" if broken.hung or broken.timed_out else "error"
-        held = [w.world_size for w in done]
-        failed = [w.world_size for w in runs if not w.complete]
-        unlaunched = [size for size in runs.asked if size not in held + failed]
-        # one process shows no distributed mistake: where several were asked for, only those count
-        counted = [size for size in held + failed + unlaunched if size > 1] or held + failed + unlaunched
-        held = [size for size in held if size in counted]
+        asked = list(runs.asked) or [w.world_size for w in runs]
+        several = any(size > 1 for size in asked)
+        counts = (lambda size: size > 1) if several else (lambda size: True)  # noqa: E731
+        held = [w for w in done if counts(w.world_size)]
         if not held:
             return _could_not_judge(self, broken)
-        share = len(held) / len(counted)
+        failed = [w for w in runs if not w.complete and counts(w.world_size)]
+        unlaunched = [size for size in asked[len(runs.worlds):] if counts(size)]
+        share = len(held) / (len(held) + len(failed) + len(unlaunched))
+        status = "timeout" if broken.hung or broken.timed_out else "error"
         return CheckResult(self.name, status, round(self.points * share, 2), self.points,
-                           f"held at {_sizes(held)}; not judged at {_sizes(failed)}, where the launch did not "
-                           "complete (see above)" + (f", nor at {', '.join(map(str, unlaunched))}, not launched "
-                                                     "after it" if unlaunched else ""))
+                           f"held at {_labels(held)}; not judged at {_labels(failed)}, where the launch did not "
+                           "complete (see above)" + (f", nor at world size(s) {', '.join(map(str, unlaunched))}, "
+                                                     "not launched after it" if unlaunched else ""))
 
 
-def _sizes(sizes: list[int]) -> str:
-    return f"world size{'s' if len(sizes) > 1 else ''} {', '.join(map(str, sizes))}"
+def _labels(worlds: list[WorldRun]) -> str:
+    """"world sizes 2, 3" for launches named by their size, else their names."""
+    labels = [w.label for w in worlds]
+    if all(label == f"world size {w.world_size}" for label, w in zip(labels, worlds)) and len(worlds) > 1:
+        return f"world sizes {', '.join(str(w.world_size) for w in worlds)}"
+    return ", ".join(labels)
 
 
 def _enough(completed: Runs, runs: Runs) -> bool:

@@ -376,6 +376,12 @@ def test_a_launch_that_hangs_at_one_world_size_costs_the_checks_their_share_at_t
     assert all(c.points == 0 for c in stopped_everywhere.checks if c.status == "timeout")
 
 
+def test_a_killed_job_that_never_finished_earns_nothing_for_its_final_weights():
+    report = graded("4.2", "wrong_written_in_place")  # the restart cannot load the torn snapshot, and crashes
+    check = {c.name: c for c in report.checks}[BIT_FOR_BIT]
+    assert check.points == 0 and check.status == "error" and check.message.startswith("not judged"), check
+
+
 def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():
     runs = {c.name: c for c in graded("2.3", "wrong_barrier_on_rank0_only").checks}[RUNS["2.3"]]
     assert "a collective returns only once every rank has called it" in runs.message, runs.message

@@ -1,5 +1,6 @@
 """Train TinyNet with DDP: starts its own processes with mp.spawn, as before torchrun."""
 import argparse
+import gc
 import os
 
 import torch
@@ -32,7 +33,8 @@ def worker(rank, args):
             optimizer.step()
     if rank == 0:
         torch.save(model.state_dict(), args.out)
-    del ddp_model
+    del ddp_model  # DDP sits in reference cycles: free it while the group exists, or gloo
+    gc.collect()  # (PyTorch 2.13) can abort the process at exit, after all the work
     dist.destroy_process_group()
 
 

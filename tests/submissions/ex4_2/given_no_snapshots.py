@@ -1,5 +1,6 @@
 """Train TinyNet on the toy data: `python train.py` or under torchrun. A killed worker loses the whole run."""
 import argparse
+import gc
 import os
 
 import torch
@@ -48,7 +49,8 @@ def main():
     if rank == 0:
         torch.save({name: t.cpu() for name, t in model.state_dict().items()}, args.out)
     if distributed:
-        del ddp_model  # PyTorch 2.13 with gloo: a DDP model freed after leaving the group can abort the process
+        del ddp_model  # DDP sits in reference cycles: free it while the group exists, or gloo
+        gc.collect()  # (PyTorch 2.13) can abort the process at exit, after all the work
         dist.destroy_process_group()
 
 

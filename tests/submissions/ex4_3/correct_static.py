@@ -1,5 +1,6 @@
 """TinyNet on two machines with the static rendezvous: each machine is given its number."""
 import argparse
+import gc
 import os
 
 import torch
@@ -56,7 +57,8 @@ def main():
     if rank == 0:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.out)
     if dist.is_initialized():
-        del trained
+        del trained  # DDP sits in reference cycles: free it while the group exists, or gloo
+        gc.collect()  # (PyTorch 2.13) can abort the process at exit, after all the work
         dist.destroy_process_group()
 
 

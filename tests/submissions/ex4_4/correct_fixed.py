@@ -1,5 +1,6 @@
 """Train TinyNet under torchrun and survive a killed worker: a snapshot every epoch, a resume on start."""
 import argparse
+import gc
 import os
 import tempfile
 
@@ -74,7 +75,8 @@ def main():
     if is_main:
         torch.save({name: t.cpu() for name, t in model.state_dict().items()}, args.out)
     if distributed:
-        del trained
+        del trained  # DDP sits in reference cycles: free it while the group exists, or gloo
+        gc.collect()  # (PyTorch 2.13) can abort the process at exit, after all the work
         dist.destroy_process_group()
 
 
