@@ -155,17 +155,46 @@ def _atomic(runs):
                 + "Write to a temporary file in the same directory, then os.replace() it onto the snapshot")
 
 
-def _loads_before_training(runs):
+def _goes_on_from_the_snapshot(runs):
+    """Observed in the restarted ranks' state, however it got there (every rank loading the file, or rank 0
+    loading it and sending it on): rank 0 starts from the snapshot's weights, and every rank goes on at its
+    epoch and with its optimizer state (a rank stepping from other momentum leaves rank 0's weights)."""
+    base = uninterrupted(runs)
+    want = steps(base.ranks[0]) if base and base.ranks else []
     for world in killed(runs):
-        if not _resume_point(world):
-            continue  # no whole snapshot was in place when the job restarted: nothing to load
+        start = _resume_point(world)
+        if not start or len(want) < start:
+            continue  # no whole snapshot was in place when the job restarted: nothing to go on from
         for k, attempt in enumerate(world.attempts[1:], start=1):
-            for r in attempt:
-                first_step = next((e["seq"] for e in r.of("optimizer_step")), None)
-                loads = [e for e in r.of("load") if first_step is None or e["seq"] < first_step]
-                if not loads:
-                    return (f"{world.label}, attempt {k}: rank {r.rank} trained without loading the snapshot: "
-                            "every rank loads it when the job starts")
+            ranks = {r.rank: r for r in attempt}
+            if 0 not in ranks:
+                continue
+            first = next((v for label, v in ranks[0].snapshots if label.startswith("epoch")), None)
+            # which snapshot is charged by the check on epochs trained twice: here, that it is one
+            snapshots = [want[n - 1] for n in range(STEPS_PER_EPOCH, len(want) + 1, STEPS_PER_EPOCH)]
+            if first is not None and not any(torch.equal(first, w) for w in snapshots):
+                return (f"{world.label}, attempt {k}: rank 0 began training from weights that no snapshot held "
+                        f"(the last one before the kill held the weights after step {start}): load the snapshot "
+                        "when the job starts")
+            problem = _ranks_apart(ranks)
+            if problem:
+                return f"{world.label}, attempt {k}: {problem}"
+
+
+def _ranks_apart(ranks: dict) -> str | None:
+    """Where a restarted rank left rank 0: another epoch, or other weights after a step."""
+    epoch0 = next(iter(sampler_epochs(ranks[0])), None)
+    steps0 = steps(ranks[0])
+    for rank, r in sorted(ranks.items()):
+        epoch = next(iter(sampler_epochs(r)), None)
+        if epoch != epoch0:
+            return (f"rank {rank} went on at epoch {epoch}, rank 0 at epoch {epoch0}: every rank goes on from the "
+                    "snapshot (each loads it, or rank 0 sends what it loaded)")
+        apart = next((n for n, (a, b) in enumerate(zip(steps0, steps(r)), 1) if not torch.equal(a, b)), None)
+        if apart is not None:
+            return (f"rank {rank}'s weights left rank 0's at its step {apart} after the restart: it stepped with "
+                    "another optimizer state than rank 0's, so not the snapshot's")
+    return None
 
 
 def _done(r, seq: int) -> tuple[int, int, int]:
@@ -314,7 +343,8 @@ EXERCISE = Exercise(
               hint="if rank == 0: save the snapshot"),
         Check("a snapshot is written atomically: a kill during the write leaves the last one whole", 2, _atomic,
               needs="partial", hint="torch.save(state, path + '.tmp'); os.replace(path + '.tmp', path)"),
-        Check("after a restart every rank loads the snapshot before it trains", 1, _loads_before_training,
+        Check("after a restart every rank goes on from the snapshot: its weights, optimizer state and epoch", 1,
+              _goes_on_from_the_snapshot,
               hint="if os.path.exists(args.snapshot): every rank torch.load()s it and restores model and optimizer"),
         Check("every rank reads a snapshot only once rank 0 has finished writing it", 1, _reads_after_the_write,
               needs="partial", hint="if rank == 0: save the snapshot; then dist.barrier() before any rank reads it"),

@@ -4,6 +4,15 @@ BASE = "correct_epoch_snapshots.py"
 LOAD = "    if os.path.exists(args.snapshot):  # a restarted job: every rank loads the same, whole snapshot\n"
 
 MISTAKES = {
+    "correct_rank0_reads_and_broadcasts": (
+        "rank 0 alone reads the snapshot and broadcasts what it read: every rank goes on from the same state",
+        [(LOAD + "        snapshot = torch.load(args.snapshot, map_location=device)\n",
+          "    found = [torch.load(args.snapshot, map_location=\"cpu\") if rank == 0 and os.path.exists(args.snapshot)\n"
+          "             else None]\n"
+          "    if distributed:\n"
+          "        dist.broadcast_object_list(found, src=0)\n"
+          "    if found[0] is not None:  # a restarted job: rank 0 read the snapshot, every rank got it\n"
+          "        snapshot = found[0]\n")]),
     "wrong_moved_from_system_temp": (
         "writes the snapshot in the system's temporary directory, then shutil.move()s it: a copy across file systems",
         [("    with tempfile.NamedTemporaryFile(dir=directory, delete=False) as tmp:\n",
