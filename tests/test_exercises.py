@@ -164,9 +164,8 @@ CAUGHT_BY = {
     ("3.6", "wrong_zero1_even_split"): {MOMENTS},
     ("3.6", "wrong_zero1_shards_gradients"): {"gradients per rank: like the parameters they belong to"},
     ("3.6", "wrong_fsdp_full_gradients"): {"gradients per rank: like the parameters they belong to"},
-    ("3.6", "wrong_fsdp_ignores_rows"): {  # every part of FSDP's state is cut the same wrong way
-        "parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP",
-        "gradients per rank: like the parameters they belong to", MOMENTS},
+    ("3.6", "wrong_fsdp_ignores_rows"): {  # one wrong rule for the parameters: gradients and moments follow it
+        "parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP"},
     ("4.1", "wrong_local_rank_argument"): {SHARE, SAME_MODEL, "exactly one writer in every launch: global rank 0"},
     ("4.1", "wrong_hard_coded_world_size"): {RUNS["4.1"], SHARE, SETTINGS, SAME_MODEL},
     ("4.1", "wrong_global_batch_per_rank"): {SETTINGS, SAME_MODEL},

@@ -3,8 +3,9 @@ predict(scheme, shapes, world_size) -> one {"parameters", "gradients", "optimize
 
 The harness asks for the predictions first, then trains one step of the same model under each
 scheme and measures, on each rank, the bytes of its parameters, gradients and Adam moments. The
-checks compare the predictions with the grader's exact count and show what the ranks measured
-beside it (tests prove the count and the measurements agree).
+checks compare the predictions with the grader's exact count (gradients and moments with what the
+student's own parameters imply, so that one wrong rule is charged once) and show what the ranks
+measured beside it (tests prove the count and the measurements agree).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def _predictions(world, r):
 
 
 def _part(part: str):
+    """Each scheme's prediction of ``part`` against what it must be: the exact count for the parameters and
+    for ZeRO-1's dealt-out moments; otherwise the student's own prediction of the parameters, which gradients
+    (one per parameter) and Adam's two moments follow, so that a wrong rule for the parameters is charged once."""
     def verify(runs):
         seed = runs.params["seed"]
         shapes = shapes_of(seed)
@@ -86,12 +90,19 @@ def _part(part: str):
             if problem:
                 return problem
             for scheme in SCHEMES:
-                want = [c[part] for c in counted(scheme, shapes, world.world_size)]
+                exact = [c[part] for c in counted(scheme, shapes, world.world_size)]
+                own = [v["parameters"] for v in predicted[scheme]]
+                follows = part != "parameters" and not (part == "optimizer" and scheme == "ZeRO-1") and all(own)
+                want = [2 * p if part == "optimizer" else p for p in own] if follows else exact
                 said = [v[part] for v in predicted[scheme]]
                 if said != want:
                     seen = [_measured(o, scheme).get(part) for o in world.ranks]
+                    basis = ""
+                    if follows and own != [c["parameters"] for c in counted(scheme, shapes, world.world_size)]:
+                        each = "a gradient" if part == "gradients" else "two moments"
+                        basis = f" (judged by your own prediction of the parameters, {own}: {each} for every parameter)"
                     return (f"{world.label}, {scheme}: you predicted {said} bytes of {part} per rank; "
-                            f"the ranks measured {seen}")
+                            f"the ranks measured {seen}{basis}")
     return verify
 
 
