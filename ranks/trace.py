@@ -189,10 +189,19 @@ def plain(value):
     return _short(value)
 
 
+def by_the_grader() -> bool:
+    """Whether the innermost frame outside torch is this package's (a harness's own call, not the student's)."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if frame.filename == __file__ or frame.filename.startswith((_ENGINE_DIRS[0], "<frozen ", "<string>")):
+            continue  # the recording wrappers, torch, how the rank started
+        return frame.filename.startswith(_ENGINE_DIRS[1])
+    return False
+
+
 def caller() -> str | None:
     """'file:line in function' of the innermost frame outside torch and the grader."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if not frame.filename.startswith(_ENGINE_DIRS + ("<frozen ",)):
+        if not frame.filename.startswith(_ENGINE_DIRS + ("<frozen ", "<string>")):  # <string>: how a rank starts
             name = Path(frame.filename).name
             return f"{'exercise cell' if name == STUDENT_FILE else name} line {frame.lineno}, in {frame.name}"
     return None
@@ -347,6 +356,8 @@ def _wrap_collective(rec: Recorder, name: str):
                 info["root"] = root
             rec.event("collective", op=name, reduce_op=str(op) if op is not None else None, caller=where, done=False,
                       **({"root": root} if root is not None else {}))
+            if where is None and by_the_grader():
+                info["by"] = "grader"
             n = rec.enter(name, caller=where, **info)
             out = original(*args, **kwargs)
             rec.leave(name, n)

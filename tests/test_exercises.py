@@ -541,6 +541,9 @@ def test_the_script_4_4_hands_out_shows_the_symptoms_of_its_four_bugs_and_counts
     one_left = graded("4.4", "wrong_no_set_epoch")
     assert one_left.problem.startswith("Planted bugs fixed: 3 of 4."), one_left.problem
     assert "Hint" not in report.to_text()  # from the symptom to the cause is the exercise
+    assert "To fix" not in report.to_text() + one_left.to_text()
+    told_in_4_2 = {c.name: c for c in graded("4.2", "wrong_resume_weights_only").checks}[BIT_FOR_BIT]
+    assert "To fix: load optimizer.state_dict()" in told_in_4_2.message, told_in_4_2.message
 
 
 def test_agents_that_never_meet_are_reported_as_a_hang_in_seconds():
@@ -562,7 +565,10 @@ def test_pytorchs_sync_batch_norm_on_cpu_is_explained_with_what_to_use_instead()
     ("3.5", "wrong_saves_on_rank0_only", r"dcp.save #1 \(exercise cell line \d+, in save\)")])
 def test_saving_sharded_state_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_id, name, call):
     report = graded(exercise_id, name)
-    assert re.search(rf"deadlock: rank 0 in {call}, rank 1 in barrier", report.problem), report.problem
+    # rank 1 returned from the student's code and waits in the grader's own barrier: told as such
+    assert re.search(rf"deadlock: rank 0 in {call}, rank 1 in the grader's barrier after your code returned",
+                     report.problem), report.problem
+    assert "rank(s) 1 finished your code without calling" in report.problem, report.problem
     assert report.elapsed < 15
 
 

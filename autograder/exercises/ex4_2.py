@@ -37,6 +37,14 @@ JOBS = (
 )
 
 
+FIX = ". To fix: "  # where a message turns from what was seen to what to do: 4.4 tells only what was seen
+
+
+def symptom(message: str | None) -> str | None:
+    """A message without what to do (4.4, where finding the fix is the exercise)."""
+    return message.split(FIX)[0] + "." if message and FIX in message else message
+
+
 def two_machines() -> jobs.Job:
     """The job on two machines, on a rendezvous of its own each grading: a writer chosen by LOCAL_RANK shows."""
     return jobs.machines(2, 1, ARGS, restarts=2, planted=True, name="torchrun, 2 machines of 1 process, never interrupted")
@@ -134,8 +142,8 @@ def _one_writer(runs):
         for k, attempt in enumerate(world.attempts):
             writers = sorted({r.rank for r in attempt if r.of("save")})
             if writers and writers != [0]:
-                return (f"{world.label}, attempt {k}: torch.save was called by rank(s) {writers}: one rank, global "
-                        "rank 0, writes the snapshot (every rank holds the same weights)")
+                return (f"{world.label}, attempt {k}: torch.save was called by rank(s) {writers}{FIX}one rank, "
+                        "global rank 0, writes the snapshot (every rank holds the same weights)")
 
 
 def _atomic(runs):
@@ -149,10 +157,10 @@ def _atomic(runs):
         copying = any(e.get("path") == target for a in world.attempts[:1] for r in a if r.rank == 0
                       for e in r.of("copy"))
         return (f"{world.label}: rank 0 was killed while it wrote {SNAPSHOT} itself, and left it half written: "
-                "a restart then finds no snapshot it can load. "
-                + ("A copy onto it is such a write (shutil.move copies when the file comes from another file "
-                   "system, as the system's temporary directory may be). " if copying else "")
-                + "Write to a temporary file in the same directory, then os.replace() it onto the snapshot")
+                "a restart then finds no snapshot it can load"
+                + (". A copy onto it is such a write (shutil.move copies when the file comes from another file "
+                   "system, as the system's temporary directory may be)" if copying else "")
+                + f"{FIX}write to a temporary file in the same directory, then os.replace() it onto the snapshot")
 
 
 def _goes_on_from_the_snapshot(runs):
@@ -174,8 +182,8 @@ def _goes_on_from_the_snapshot(runs):
             snapshots = [want[n - 1] for n in range(STEPS_PER_EPOCH, len(want) + 1, STEPS_PER_EPOCH)]
             if first is not None and not any(torch.equal(first, w) for w in snapshots):
                 return (f"{world.label}, attempt {k}: rank 0 began training from weights that no snapshot held "
-                        f"(the last one before the kill held the weights after step {start}): load the snapshot "
-                        "when the job starts")
+                        f"(the last one before the kill held the weights after step {start}){FIX}load the "
+                        "snapshot when the job starts")
             problem = _ranks_apart(ranks)
             if problem:
                 return f"{world.label}, attempt {k}: {problem}"
@@ -188,12 +196,12 @@ def _ranks_apart(ranks: dict) -> str | None:
     for rank, r in sorted(ranks.items()):
         epoch = next(iter(sampler_epochs(r)), None)
         if epoch != epoch0:
-            return (f"rank {rank} went on at epoch {epoch}, rank 0 at epoch {epoch0}: every rank goes on from the "
-                    "snapshot (each loads it, or rank 0 sends what it loaded)")
+            return (f"rank {rank} went on at epoch {epoch}, rank 0 at epoch {epoch0}{FIX}every rank goes on from "
+                    "the snapshot (each loads it, or rank 0 sends what it loaded)")
         apart = next((n for n, (a, b) in enumerate(zip(steps0, steps(r)), 1) if not torch.equal(a, b)), None)
         if apart is not None:
             return (f"rank {rank}'s weights left rank 0's at its step {apart} after the restart: it stepped with "
-                    "another optimizer state than rank 0's, so not the snapshot's")
+                    "another optimizer state than rank 0's")
     return None
 
 
@@ -265,11 +273,11 @@ def _no_epoch_trained_twice(runs):
         again = taken - (STEPS - start)
         if taken == STEPS:
             return (f"{world.label}: after the restart rank 0 took all {STEPS} steps again, from the start: "
-                    f"{start // STEPS_PER_EPOCH} completed epoch(s) were trained twice. Resume from the snapshot: "
-                    "the weights, the optimizer, and the epoch to go on from")
+                    f"{start // STEPS_PER_EPOCH} completed epoch(s) were trained twice{FIX}resume from the "
+                    "snapshot: the weights, the optimizer, and the epoch to go on from")
         return (f"{world.label}: after the restart rank 0 took {taken} steps; the last snapshot before the kill "
-                f"held step {start} of {STEPS}, so {STEPS - start} were left: {again} step(s) were trained twice. "
-                "Resume at the epoch after the one the snapshot holds")
+                f"held step {start} of {STEPS}, so {STEPS - start} were left: {again} step(s) were trained twice"
+                f"{FIX}resume at the epoch after the one the snapshot holds")
 
 
 def _bit_for_bit(runs):
@@ -301,8 +309,8 @@ def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:
     if not held:
         if initial is not None and want and torch.equal(start, initial) and not any(torch.equal(w, start) for w in want):
             return "The restart began from the initial weights."
-        return ("The restart began from weights the uninterrupted run never had: load the snapshot's model "
-                "state into the model before training.")
+        return ("The restart began from weights the uninterrupted run never had"
+                f"{FIX}load the snapshot's model state into the model before training.")
     step = held[-1]
     if step < len(want) and after and not torch.equal(after[0], want[step]):
         epoch = next((e.get("epoch") for e in world.ranks[0].of("sampler_iter")), None)
@@ -311,14 +319,14 @@ def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:
         if epoch != expected and len(after) == len(want) - step:  # the loop went on where it should
             return (f"The restart began from the weights after step {step} and took the {len(after)} steps left, "
                     f"but its sampler drew the order of epoch {epoch} where the uninterrupted run drew epoch "
-                    f"{expected}'s: set_epoch with the epoch the loop is at, in every attempt.")
+                    f"{expected}'s{FIX}set_epoch with the epoch the loop is at, in every attempt.")
         if epoch != expected:
             return (f"The restart began from the weights after step {step}, the end of epoch "
-                    f"{step // STEPS_PER_EPOCH - 1}, but then trained epoch {epoch}'s batches: go on at the epoch "
-                    "after the one the snapshot holds.")
+                    f"{step // STEPS_PER_EPOCH - 1}, but then trained epoch {epoch}'s batches{FIX}go on at the "
+                    "epoch after the one the snapshot holds.")
         return (f"The restart began from the weights after step {step}, as it should, but its first step differs "
-                f"from the uninterrupted run's step {step + 1}: the optimizer's state (momentum) was not restored: "
-                "load optimizer.state_dict() from the snapshot too.")
+                f"from the uninterrupted run's step {step + 1}: the optimizer's state (momentum) was not restored"
+                f"{FIX}load optimizer.state_dict() from the snapshot too.")
     return f"The restart began from the weights after step {step}, then trained other steps than the uninterrupted run."
 
 
