@@ -116,10 +116,10 @@ class Recorder:
             self.snapshots.append((label, flat))
             self.event("snapshot", label=label, index=len(self.snapshots) - 1)
 
-    def buffers(self):
+    def buffers(self, model=None):
         """The DDP model's floating-point buffers (batch norm's running statistics), as numbers, and
-        its batch norm layers as they are now."""
-        models = [m for m in (ref() for ref in self._ddp) if m is not None]
+        its batch norm layers as they are now: the latest DDP model's, or ``model``'s."""
+        models = [model] if model is not None else [m for m in (ref() for ref in self._ddp) if m is not None]
         if not models:
             return
         with torch.no_grad():
@@ -507,8 +507,15 @@ def _wrap_ddp(rec: Recorder):
             return original(self, *args, **kwargs)
         return wrapper
 
+    def at_deletion(self):
+        # A script that frees its DDP model before leaving the group (lesson 2, section 8) has no model left
+        # when destroy_process_group records the final buffers: they are recorded as it goes, while intact.
+        if dist.is_initialized() and any(ref() is self for ref in rec._ddp):
+            rec.buffers(self)
+
     _patch(rec, DistributedDataParallel, "__init__", init)
     _patch(rec, DistributedDataParallel, "forward", forward)
+    DistributedDataParallel.__del__ = at_deletion
 
 
 def _norm_layers(module) -> list[dict]:

@@ -402,6 +402,13 @@ def test_a_sampler_numbered_from_the_resume_is_told_as_such_not_as_a_resume_at_t
     assert "go on at the epoch after" not in check.message
 
 
+def test_a_rank_in_a_barrier_while_another_is_in_ddps_backward_is_a_deadlock_told_in_seconds():
+    report = graded("2.3", "wrong_barrier_before_backward_on_rank0")
+    assert re.search(r"deadlock: rank 0 in barrier #1 \(exercise cell line \d+, in main\), rank 1 in DDP's gradient "
+                     r"all-reduce in backward\(\) #1 \(exercise cell line \d+, in main\)", report.problem), report.problem
+    assert report.elapsed < 15
+
+
 def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():
     # the negative control only means something if the data make the two numbers differ
     report = graded("2.4", "wrong_mean_of_accuracies")

@@ -196,11 +196,14 @@ def test_the_time_limit_is_stated_when_it_is_hit(tmp_path, clean):
     assert "at the time limit of 2 s" in report.problem
 
 
-def test_a_crash_at_one_world_size_keeps_the_points_judged_at_the_others(clean):
+def test_a_crash_at_one_world_size_keeps_the_share_of_the_points_judged_at_the_others(clean):
     report = grade("crash_at_world_size_3_2_4")
     by_name = checks(report)
     assert by_name["the code runs to the end on every rank at every world size"].status == "failed"
-    assert report.score == report.max_score - 1, report.to_text()
+    # of the world sizes of several processes, 2 and 3, every other check held at 2 and was not judged at 3
+    assert report.score == (report.max_score - 1) / 2, report.to_text()
+    assert all(c.message.startswith("held at world size 2; not judged at world size 3")
+               for c in report.checks if c.status == "error"), report.to_text()
     assert report.problem.startswith("world size 3:")
 
 

@@ -23,16 +23,22 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 
 
 def _norms(r, when: str) -> list[dict] | None:
-    """The batch norm layers of the model DDP wrapped, as they were when it wrapped it ("ddp") or
-    when the process group was destroyed ("buffers"); None if the rank never got there."""
-    event = r.first(when)
+    """The batch norm layers of the model DDP wrapped, as they were when it wrapped it ("ddp") or at the
+    end ("buffers": when the model was freed or the process group destroyed, the last); None if the rank
+    never got there."""
+    event = r.first("ddp") if when == "ddp" else _final_buffers(r)
     return None if event is None else event.get("norms", [])
+
+
+def _final_buffers(r) -> dict | None:
+    found = r.of("buffers")
+    return found[-1] if found else None
 
 
 def _work(runs):
     if not any(r.of("ddp") for w in runs for r in w.ranks):
         return "no rank wrapped a model in DistributedDataParallel"
-    synced = [n for _, r in each_rank(runs) for e in (r.first("ddp"), r.first("buffers")) if e
+    synced = [n for _, r in each_rank(runs) for e in (r.first("ddp"), _final_buffers(r)) if e
               for n in e.get("norms", []) if n.get("synchronized")]
     if not synced:
         return ("no batch norm layer was ever synchronized: this is the script as given, each rank normalizing "
@@ -101,7 +107,7 @@ def _running_statistics(runs):
             return _no_sampler(world)
         expected = {k: v.double() for k, v in want.named_buffers() if v.dtype.is_floating_point}
         for r in world.ranks:
-            event = r.first("buffers")
+            event = _final_buffers(r)
             held = event.get("values") if event else None
             if not isinstance(held, dict) or set(held) != set(expected):
                 return (f"{world.label}: rank {r.rank}'s model at the end holds buffers "
@@ -132,7 +138,7 @@ def _checkpoint_loads_and_holds_the_run(runs):
         final = world.ranks[0].final_params()
         if final is None or saved.shape != final.shape or not torch.allclose(saved, final, atol=1e-6):
             return f"{world.label}: the checkpoint's weights are not the final trained weights"
-        held = (world.ranks[0].first("buffers") or {}).get("values") or {}
+        held = (_final_buffers(world.ranks[0]) or {}).get("values") or {}
         for name in (k for k in want_keys if k.endswith(("running_mean", "running_var"))):
             got = torch.from_numpy(state["arrays"][name]).flatten()
             if name not in held or not torch.allclose(got, torch.tensor(held[name], dtype=torch.float64), atol=1e-6):

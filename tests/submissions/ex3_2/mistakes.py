@@ -5,6 +5,10 @@ CONVERT = "    model = convert_sync_batchnorm(model)  # before DDP: PyTorch's Sy
 WRAP = "    model = DDP(model, device_ids=[local_rank] if on_gpus else None)\n"
 
 MISTAKES = {
+    "correct_frees_the_model_first": (
+        "frees and collects the DDP model before leaving the group (lesson 2, section 8): its state is judged as it was",
+        [("    dist.destroy_process_group()\n",
+          "    del model\n    import gc\n    gc.collect()\n    dist.destroy_process_group()\n")]),
     "wrong_converts_after_wrapping": (
         "converts the batch norm layers after wrapping the model in DDP",
         [(CONVERT + WRAP, WRAP + "    model = convert_sync_batchnorm(model)\n")]),
