@@ -206,7 +206,7 @@ def _deadlock_cause(world: WorldRun) -> str:
         return (f"{where}: mp.spawn inside a script that the launcher already started once per process starts "
                 "more processes that wait for peers that never come; let the launcher start the processes")
     done = sorted(r for r, e in waits.items() if e.get("by") == "grader")
-    stuck = {e.get("call") for e in waits.values() if e.get("by") != "grader"}
+    stuck = {e["of"].split(" #")[0] if e.get("of") else e.get("call") for e in waits.values() if e.get("by") != "grader"}
     if done and stuck:
         return (f"{where}: rank(s) {', '.join(map(str, done))} finished your code without calling "
                 f"{' or '.join(sorted(map(str, stuck)))}; a collective returns only once every rank has called it")
@@ -270,7 +270,7 @@ def _init_cause(world: WorldRun, waits: dict[int, dict]) -> str:
 def _call(event: dict) -> str:
     if event.get("by") == "grader":
         return f"the grader's {event.get('call')} after your code returned (the ranks leave together)"
-    call = f"{event.get('call')} #{event.get('n')}"
+    call = f"wait() for {event['of']}" if event.get("of") else f"{event.get('call')} #{event.get('n')}"
     if event.get("root") is not None:
         call += f" with root {event['root']}"
     if event.get("peer") is not None:

@@ -154,13 +154,14 @@ def compile_problem(code: str, entry: str | None) -> str | None:
         shown = f"\n    {exc.text.rstrip()}" if exc.text else ""
         return f"Your code does not compile: {exc.msg} at {where}.{shown}\nThe graded cell must be plain Python (no ! or % lines but the first)."
     if entry and entry not in _top_level_names(tree):
-        what = "a function named" if entry.islower() else "a variable named"
+        what = "a function named" if entry.islower() else "a class named" if entry[:1].isupper() and not entry.isupper() \
+            else "a variable named"
         return f"The cell must define {what} `{entry}` at the top level; none was found."
     return None
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
-    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         names |= {t.id for t in targets if isinstance(t, ast.Name)}

@@ -191,7 +191,7 @@ def _grader_join(event: dict) -> bool:
 
 
 def _label(event: dict) -> str:
-    label = f"{event.get('call')} #{event.get('n')}"
+    label = f"wait() for {event['of']}" if event.get("of") else f"{event.get('call')} #{event.get('n')}"
     if event.get("peer") is not None:
         label += f" {'to' if event.get('call') in _SENDS else 'from'} rank {event['peer']}"
     return label

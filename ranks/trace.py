@@ -239,6 +239,7 @@ def install(rec: Recorder):
     for name in POINT_TO_POINT:
         _wrap_point_to_point(rec, name)
     _wrap_functional_collectives(rec)
+    _wrap_waits(rec)
     _wrap_spawn(rec)
     _wrap_ddp(rec)
     _wrap_sampler(rec)
@@ -358,14 +359,79 @@ def _wrap_collective(rec: Recorder, name: str):
                       **({"root": root} if root is not None else {}))
             if where is None and by_the_grader():
                 info["by"] = "grader"
+            started = kwargs.get("async_op", args[3] if name == "all_reduce" and len(args) > 3 else False)
+            if started:
+                info["async_op"] = True
             n = rec.enter(name, caller=where, **info)
             out = original(*args, **kwargs)
             rec.leave(name, n)
             rec.event("collective_done", op=name, caller=where)
+            if started and out is not None:
+                _in_flight[id(out)] = (out, [(name, n)])
             return out
         return wrapper
 
     _patch(rec, dist, name, _outermost(make))
+
+
+# Collectives started with async_op=True, by the id of their Work (or of a future that stands for them):
+# the Work itself is kept with it, so that no other object takes its id while it may still be waited for.
+_in_flight: dict[int, tuple[object, list[tuple[str, int]]]] = {}
+
+
+def _wrap_waits(rec: Recorder):
+    """When a collective started with async_op=True is waited for: Work.wait(), or wait() on its future
+    (get_future(), a future chained with then(), torch.futures.collect_all / wait_all).
+
+    A wait can block like the collective itself, so it is recorded as one (enter/leave): a rank waiting
+    for an all-reduce that another rank never started is told as a deadlock.
+    """
+    from torch.distributed.distributed_c10d import Work
+
+    def waiting(started: list[tuple[str, int]], original, *args, **kwargs):
+        numbers = [rec.enter("wait()", of=f"{name} #{n}", caller=caller()) for name, n in started]
+        out = original(*args, **kwargs)
+        for (name, n), k in zip(started, numbers):
+            rec.leave("wait()", k)
+            rec.event("waited", op=name, n=n, caller=caller())
+        return out
+
+    def waits(original):
+        def wrapper(self, *args, **kwargs):
+            if id(self) not in _in_flight:  # not the student's: a barrier's own wait, DDP's, the grader's
+                return original(self, *args, **kwargs)
+            return waiting(_in_flight.pop(id(self))[1], original, self, *args, **kwargs)
+        return wrapper
+
+    def waits_for_all(original):
+        def wrapper(futures, *args, **kwargs):
+            started = [s for f in futures for s in _in_flight.pop(id(f), (None, []))[1]]
+            return waiting(started, original, futures, *args, **kwargs)
+        return wrapper
+
+    def stands_for_the_same(original):
+        def wrapper(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            if id(self) in _in_flight and out is not None:
+                _in_flight[id(out)] = (out, _in_flight[id(self)][1])
+            return out
+        return wrapper
+
+    def collected(original):
+        def wrapper(futures, *args, **kwargs):
+            out = original(futures, *args, **kwargs)
+            started = [s for f in futures if id(f) in _in_flight for s in _in_flight[id(f)][1]]
+            if started and out is not None:
+                _in_flight[id(out)] = (out, started)
+            return out
+        return wrapper
+
+    _patch(rec, Work, "wait", waits)
+    _patch(rec, Work, "get_future", stands_for_the_same)
+    _patch(rec, torch._C.Future, "wait", waits)
+    _patch(rec, torch._C.Future, "then", stands_for_the_same)
+    _patch(rec, torch.futures, "collect_all", collected)
+    _patch(rec, torch.futures, "wait_all", waits_for_all)
 
 
 # The functional collectives (what DTensor and torch.compile use) return at once, the result to be waited

@@ -25,6 +25,7 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.3": "the script runs to the end on every rank",
         "2.4": "the code runs to the end on every rank at every world size",
         "2.6": "the script runs to the end on every rank",
+        "2.7": "the code runs to the end on every rank at every world size",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
         "4.1": "every launch runs to the end: python, torchrun with 1, 2 and 3 processes, and on 2 machines",
@@ -53,6 +54,10 @@ TP_COMMUNICATION = ("communication: one all-reduce of the output forward, one of
                     "nothing more")
 MEMORY = "parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism"
 ADAM = "Adam's state on the busiest rank, for every scheme"
+OVERLAP_MEAN = "after finish_gradient_synchronization every gradient is the mean over the ranks"
+BUCKETS = "one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel"
+OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
+           "and runs while backward goes on")
 # 2.6's planted bugs, each named by the symptom 2.3's checks see
 BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 0",
         "wrong_no_set_epoch": "the order of the samples changes every epoch",
@@ -125,6 +130,17 @@ CAUGHT_BY = {
     ("1.5", "wrong_pipeline_one_direction"): {"bytes sent per step by the busiest rank: pipeline parallelism"},
     ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
     **{("2.6", name): {check} for name, check in BUGS.items()},
+    ("2.7", "wrong_no_broadcast"): {"after construction every rank holds rank 0's weights"},
+    ("2.7", "wrong_summed"): {OVERLAP_MEAN},
+    ("2.7", "wrong_not_copied_back"): {OVERLAP_MEAN},
+    ("2.7", "wrong_buckets_in_forward_order"): {BUCKETS},
+    ("2.7", "wrong_bucket_size_ignored"): {BUCKETS},
+    ("2.7", "wrong_one_all_reduce_per_parameter"): {BUCKETS},
+    ("2.7", "wrong_waits_for_all_gradients"): {OVERLAP},
+    ("2.7", "wrong_blocking_all_reduce_in_hook"): {OVERLAP},
+    ("2.7", "wrong_waits_in_the_hook"): {OVERLAP},
+    ("2.7", "wrong_waits_on_rank0_for_a_bucket_rank1_never_started"): {RUNS["2.7"]},
+    ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns"},
     ("3.0", "wrong_zero1_shards_gradients"): {"Q1: training state per rank under ZeRO stage 1"},
     ("4.0", "wrong_restart_count_as_epoch"): {"Q4: the epoch a restarted job resumes at"},
     ("3.1", "wrong_mean_of_means"): {BN_OUTPUT},

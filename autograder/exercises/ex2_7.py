@@ -1,0 +1,231 @@
+"""Exercise 2.7: DDP's overlap, built by hand: BucketedDataParallel(module, bucket_numel).
+
+Each step the harness runs forward through the wrapper, backward, then the wrapper's
+finish_gradient_synchronization, and steps plain SGD itself. It records when each parameter's
+gradient is ready, among the all-reduces the wrapper starts and the waits for them, so what the
+checks observe is the schedule itself: which gradients went out together, whether they went out
+while backward was still computing, and whether their results were waited for before the step.
+Gradients are judged step by step from the parameters each rank held, as in 1.1, so a wrong
+broadcast is not charged again as wrong gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from autograder.checks import Check, every_rank_calls_the_same_collectives
+from autograder.exercises import Exercise
+from autograder.reference import flat, gradients_at, parameter_blocks
+from ddpcourse.given.ex2_7 import BUCKET_NUMEL, STEPS, buckets, make_deep_model, shard, start_seed
+
+TOL = dict(rtol=1e-4, atol=1e-6)
+NUMELS = [p.numel() for p in make_deep_model(0).parameters()]
+RULE = ("parameters from the last back, each bucket taking the next parameter unless that would take it over "
+        "bucket_numel (or, as DDP does, closing once it holds bucket_numel or more)")
+
+
+def _sizes(partition: list[list[int]]) -> list[int]:
+    return [sum(NUMELS[i] for i in bucket) for bucket in partition]
+
+
+def _accepted(cap: int) -> list[list[list[int]]]:
+    return [buckets(NUMELS, cap), buckets(NUMELS, cap, closes_at_cap=True)]
+
+
+class Step:
+    """What one rank did in one training step: from the start of backward to the optimizer step."""
+
+    def __init__(self, events: list[dict], step: int):
+        marks = {e["phase"]: k for k, e in enumerate(events) if e.get("kind") == "phase" and e.get("step") == step}
+        start, self.finish, end = (marks.get(p) for p in ("backward", "finish_gradient_synchronization", "step"))
+        self.seen = None not in (start, self.finish, end)
+        self.events = events[start:end] if self.seen else []
+        self.finish = (self.finish - start) if self.seen else 0
+        # the all-reduces the student's code started, with where they stand among the events
+        self.reduces = [(k, e) for k, e in enumerate(self.events)
+                        if e.get("kind") == "enter" and e.get("call") == "all_reduce" and e.get("caller")]
+        self.ready = [k for k, e in enumerate(self.events) if e.get("kind") == "gradient_ready"]
+        self.waited = {e.get("n"): k for k, e in enumerate(self.events)
+                       if e.get("kind") == "waited" and e.get("op") == "all_reduce"}
+
+    def sizes(self) -> list[int]:
+        return [_numel(e) for _, e in self.reduces]
+
+    def unwaited(self) -> list[dict]:
+        return [e for _, e in self.reduces if e.get("async_op") and e.get("n") not in self.waited]
+
+
+def _numel(event: dict) -> int:
+    shape = event.get("shape") or []
+    return int(torch.tensor(shape).prod().item()) if shape else 0
+
+
+def _steps(world):
+    """(rank, step number, Step) for every rank and step that ran to its optimizer step."""
+    for r in world.ranks:
+        for step in range(STEPS):
+            seen = Step(r.events, step)
+            if seen.seen:
+                yield r, step, seen
+
+
+def _same_weights_as_rank_0(runs):
+    for world in runs:
+        starts = [flat(make_deep_model(start_seed(runs.params["seed"], rank))) for rank in range(world.world_size)]
+        for r in world.ranks:
+            got = r.kept("after construction")
+            if got is None:
+                return f"{world.label}: rank {r.rank}'s parameters were not recorded after construction"
+            if torch.allclose(got, starts[0], **TOL):
+                continue
+            owner = next((k for k, s in enumerate(starts) if torch.allclose(got, s, **TOL)), None)
+            if owner is not None:
+                return (f"{world.label}: after BucketedDataParallel(...) rank {r.rank} holds rank {owner}'s initial "
+                        "weights, not rank 0's: every rank must start from the same model")
+            return (f"{world.label}: after BucketedDataParallel(...) rank {r.rank}'s parameters are neither its "
+                    "own initial weights nor rank 0's")
+
+
+def _one_all_reduce_per_bucket(runs):
+    for world in runs:
+        cap = BUCKET_NUMEL[world.world_size]
+        for r, step, seen in _steps(world):
+            got = seen.sizes()
+            if got in [_sizes(p) for p in _accepted(cap)]:
+                continue
+            return (f"{world.label}, step {step}: rank {r.rank} all-reduced {_listed(got)} elements; "
+                    f"{_why_these_buckets(got, cap)}")
+
+
+def _why_these_buckets(got: list[int], cap: int) -> str:
+    want = " or ".join(_listed(_sizes(p)) for p in _accepted(cap))
+    expected = f"with bucket_numel={cap} the buckets are {want} ({RULE})"
+    if not got:
+        return "no all-reduce between backward() and the step: the gradients were not exchanged"
+    if sorted(got) == sorted(NUMELS):
+        return f"one all-reduce per parameter is no bucketing: {expected}"
+    if sum(got) == sum(NUMELS) and len(got) == 1:
+        return f"one all-reduce of every gradient: bucket_numel was not used; {expected}"
+    in_forward_order = NUMELS[::-1]  # buckets() fills from the end of the list it is given
+    forward_sizes = [[sum(in_forward_order[i] for i in bucket) for bucket in buckets(in_forward_order, cap, rule)][::-1]
+                     for rule in (False, True)]  # started in the order they complete: the last one first
+    if got in forward_sizes:
+        return ("these are buckets filled in forward order, from the first parameter: backward produces the "
+                f"last layer's gradients first, so the first bucket would wait for the whole backward; {expected}")
+    return expected
+
+
+def _listed(sizes: list[int]) -> str:
+    return "[" + ", ".join(map(str, sizes)) + "]"
+
+
+def _overlaps_backward(runs):
+    for world in runs:
+        for r, step, seen in _steps(world):
+            problem = _overlap_problem(seen)
+            if problem:
+                return f"{world.label}, step {step}: rank {r.rank} {problem}"
+
+
+def _overlap_problem(seen: Step) -> str | None:
+    during = [(k, e) for k, e in seen.reduces if k < seen.finish]
+    if not during:
+        if len(seen.reduces) > 1:
+            return ("started no all-reduce while backward() ran: they all began after backward() returned, so "
+                    "nothing overlapped the computation (start each bucket from a hook on its last gradient)")
+        return None  # no buckets at all: the check of one all-reduce per bucket names that mistake
+    for k, e in during[:-1]:  # the last bucket has nothing left to overlap
+        later = [g for g in seen.ready if g > k]
+        if not later:
+            return (f"started all_reduce #{e['n']} only when every gradient was ready: a bucket must go out as "
+                    "soon as its own gradients are ready, while backward() computes the rest")
+        if not e.get("async_op"):
+            return (f"called all_reduce #{e['n']} without async_op=True during backward(): the call returns only "
+                    "once the all-reduce is done, so backward() stood still while it ran")
+        waited = seen.waited.get(e["n"])
+        if waited is not None and waited < later[0]:
+            return (f"waited for all_reduce #{e['n']} as soon as it started, before backward() computed another "
+                    "gradient: keep the handle and wait in finish_gradient_synchronization")
+    return None
+
+
+def _every_all_reduce_waited(runs):
+    for world in runs:
+        for r, step, seen in _steps(world):
+            missing = seen.unwaited()
+            if missing:
+                return (f"{world.label}, step {step}: rank {r.rank} never waited for all_reduce #{missing[0]['n']} "
+                        f"(of {_numel(missing[0])} elements) before the optimizer step: an asynchronous all-reduce "
+                        "may not have finished when its result is read (wait() on each handle in "
+                        "finish_gradient_synchronization)")
+
+
+def _gradients_averaged(runs):
+    seed = runs.params["seed"]
+    blocks = parameter_blocks(make_deep_model(0))
+    for world in runs:
+        w = world.world_size
+        for step in range(STEPS):
+            before = "after construction" if step == 0 else f"parameters after step {step - 1}"
+            held = [r.kept(before) for r in world.ranks]
+            got = [r.kept(f"gradients at step {step}") for r in world.ranks]
+            if any(v is None for v in held + got):
+                return f"{world.label}: the gradients of step {step} were not recorded on every rank"
+            if any(Step(r.events, step).unwaited() for r in world.ranks):
+                continue  # read before an all-reduce was waited for: the check of the waits names that
+            local = [gradients_at(make_deep_model(0), held[r], *shard(seed, step, w, r)) for r in range(w)]
+            mean = sum(local) / w
+            for r in range(w):
+                for name, part in blocks:
+                    if not torch.allclose(got[r][part], mean[part], **TOL):
+                        return (f"{world.label}, step {step}: after finish_gradient_synchronization rank {r}'s "
+                                f"gradient of {name} {_what_it_is(got[r][part], mean[part], local[r][part], w)}")
+
+
+def _what_it_is(got, mean, local, w) -> str:
+    if torch.isnan(got).any():
+        return "is missing (None)"
+    if w > 1 and torch.allclose(got, mean * w, **TOL):
+        return f"is {w} times the mean over the ranks: summed, not divided by the world size"
+    if w > 1 and torch.allclose(got, mean / w, **TOL):
+        return f"is 1/{w} of the mean over the ranks: divided by the world size twice"
+    if w > 1 and torch.allclose(got, local, **TOL):
+        return ("is still this rank's own gradient: the all-reduced bucket was not copied back into the "
+                "parameters' .grad")
+    gap = (got - mean).abs().max().item()
+    return f"differs from the mean of the ranks' gradients by up to {gap:.3g}"
+
+
+def _work(runs):
+    if not any(e.get("caller") for w in runs for r in w.ranks for e in r.of("collective")):
+        return "no rank called a collective: BucketedDataParallel does not exchange anything yet"
+
+
+EXERCISE = Exercise(
+    id="2.7",
+    title="DDP's overlap, built by hand: gradient buckets all-reduced during backward",
+    kind="function", on_cpu=True,
+    entry="BucketedDataParallel",
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    checks=[
+        Check("after construction every rank holds rank 0's weights", 2, _same_weights_as_rank_0,
+              hint="broadcast every parameter from rank 0 in __init__, before any training"),
+        Check("after finish_gradient_synchronization every gradient is the mean over the ranks", 4,
+              _gradients_averaged,
+              hint="all-reduce sums: divide by the world size once, and copy each bucket's result back into .grad"),
+        Check("one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel", 3,
+              _one_all_reduce_per_bucket,
+              hint="gradients become ready from the output layer back: group parameters in that order"),
+        Check("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
+              "and runs while backward goes on", 4, _overlaps_backward,
+              hint="a hook on each parameter (register_post_accumulate_grad_hook) can tell when a bucket is "
+                   "complete; start its all-reduce with async_op=True and keep the handle"),
+        Check("every all-reduce is waited for before finish_gradient_synchronization returns", 2,
+              _every_all_reduce_waited,
+              hint="an asynchronous collective's result is there only after its handle's wait()"),
+        Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
+              every_rank_calls_the_same_collectives, needs="partial",
+              hint="a collective blocks until every rank calls it: call it on all ranks"),
+    ],
+)
