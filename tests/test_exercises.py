@@ -58,6 +58,8 @@ OVERLAP_MEAN = "after finish_gradient_synchronization every gradient is the mean
 BUCKETS = "one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel"
 OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
            "and runs while backward goes on")
+NO_COMPUTATION = "with no computation, every bucket's all-reduce is exposed, one after another"
+SLOW_COMPUTATION = "with slow computation, only the last bucket's all-reduce is exposed"
 # 2.6's planted bugs, each named by the symptom 2.3's checks see
 BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 0",
         "wrong_no_set_epoch": "the order of the samples changes every epoch",
@@ -99,6 +101,8 @@ CAUGHT_BY = {
     ("1.1", "wrong_broadcast_from_own_rank"): {RUNS["1.1"], "after broadcast_parameters every rank holds rank 0's weights"},
     ("1.1", "wrong_broadcast_on_rank0_only"): {RUNS["1.1"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("1.1", "wrong_frozen_crashes"): {"a frozen parameter (no gradient) is left alone, without an error"},
+    ("1.1", "wrong_skips_missing_gradients"): {
+        "a parameter unused on some ranks gets the mean over all ranks, zero where it had no gradient"},
     ("1.2", "wrong_gather_to_rank0"): {RING},
     ("1.2", "wrong_builtin"): {"only point-to-point messages: no built-in collective"},
     ("1.2", "wrong_even_chunks"): {SUM},
@@ -140,6 +144,11 @@ CAUGHT_BY = {
     ("2.7", "wrong_blocking_all_reduce_in_hook"): {OVERLAP},
     ("2.7", "wrong_waits_in_the_hook"): {OVERLAP},
     ("2.7", "wrong_waits_on_rank0_for_a_bucket_rank1_never_started"): {RUNS["2.7"]},
+    ("2.8", "wrong_all_reduces_at_once"): {NO_COMPUTATION},
+    ("2.8", "wrong_one_latency_per_step"): {NO_COMPUTATION},
+    ("2.8", "wrong_buckets_in_forward_order"): {SLOW_COMPUTATION},
+    ("2.8", "wrong_from_the_start_of_backward"): {SLOW_COMPUTATION},
+    ("2.8", "wrong_ready_in_forward_order"): {SLOW_COMPUTATION},
     ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns"},
     ("3.0", "wrong_zero1_shards_gradients"): {"Q1: training state per rank under ZeRO stage 1"},
     ("4.0", "wrong_restart_count_as_epoch"): {"Q4: the epoch a restarted job resumes at"},

@@ -15,7 +15,7 @@ from autograder.checks import Check, every_rank_calls_the_same_collectives
 from autograder.exercises import Exercise
 from autograder.reference import flat, gradients_at, parameter_blocks
 from ddpcourse import make_model
-from ddpcourse.given.ex1_1 import STEPS, shard, start_seed
+from ddpcourse.given.ex1_1 import STEPS, head_of, make_two_heads, shard, start_seed
 
 TOL = dict(rtol=1e-4, atol=1e-6)
 
@@ -117,6 +117,71 @@ def _frozen_parameter(runs):
                 return f"{world.label}: with a frozen parameter, average_gradients {problem}"
 
 
+def _unused_on_some_ranks(runs):
+    if _gradients_averaged(runs):
+        return None  # gradients not averaged right even where every rank has them: charged there
+    seed = runs.params["seed"]
+    model = make_two_heads(seed)
+    blocks = parameter_blocks(model)
+    params = flat(model)
+    for world in runs:
+        w = world.world_size
+        if w == 1:
+            continue  # one rank's missing gradient is harmless: only with others does it shift the calls
+        got = [r.result.get("unused") if isinstance(r.result, dict) else None for r in world.ranks]
+        if any(g is None for g in got):
+            continue  # a None gradient already failed in the frozen case: charged there
+        if any(isinstance(g, str) for g in got):
+            rank = next(k for k, g in enumerate(got) if isinstance(g, str))
+            return f"{world.label}: with a head that rank {rank}'s forward did not use, average_gradients {got[rank]}"
+        local = [_local(model, params, seed, w, rank) for rank in range(w)]
+        mean = sum(local) / w
+        for rank in range(w):
+            values = torch.tensor([float(v) for v in got[rank]], dtype=torch.float64)  # NaN is recorded as 'nan'
+            for name, part in blocks:
+                if values.numel() != params.numel() or not torch.allclose(values[part], mean[part], **TOL):
+                    return f"{world.label}: {_unused_message(rank, name, values[part], mean[part], local, part, w)}"
+
+
+def _local(model, params, seed, w, rank) -> torch.Tensor:
+    """Rank's own gradients on the two-headed model, zeros for the head its forward did not use."""
+    x, y = shard(seed, 0, w, rank)
+    torch.nn.utils.vector_to_parameters(params.float(), model.parameters())
+    loss = torch.nn.functional.cross_entropy(model(x, head_of(rank)), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
+                      for g, p in zip(grads, model.parameters())]).double()
+
+
+def _unused_message(rank, name, got, mean, local, part, w) -> str:
+    what = (f"rank {rank}'s forward used head_{head_of(rank)} only; after average_gradients its gradient of "
+            f"{name}")
+    if torch.isnan(got).any():
+        return (f"{what} is still None, where the mean over the ranks is not: a parameter that got no "
+                "gradient on a rank counts as zero there, and every rank ends up holding the mean")
+    used = [local[r][part] for r in range(w)]
+    paired = sum(_used_head(local, r, name, part) for r in range(w)) / w
+    if w > 1 and torch.allclose(got, paired, **TOL) and not torch.allclose(got, mean, **TOL):
+        return (f"{what} mixes head_a's gradients with head_b's: the ranks skipped different parameters, so "
+                "their all-reduces paired one head on some ranks with the other head on the rest (collectives are "
+                "matched by order, not by name); give every rank the same calls, zeros for a missing gradient")
+    contributors = sum(1 for u in used if u.abs().sum() > 0)
+    if contributors and w > 1 and torch.allclose(got, mean * w / contributors, **TOL):
+        return (f"{what} is the mean over the {contributors} rank(s) that had a gradient; the mean is over all "
+                f"{w} ranks, zeros where there was none (as DDP averages)")
+    return f"{what} differs from the mean over the ranks (zeros where a rank had no gradient) by up to " \
+           f"{(got - mean).abs().max().item():.3g}"
+
+
+def _used_head(local, rank, name, part) -> torch.Tensor:
+    """What a rank that skips its missing gradients all-reduces in `name`'s place: its own gradient there, or,
+    where its forward did not use that head, the same parameter of the head it did use (same shape)."""
+    head, rest = name.split(".", 1)
+    if head not in ("head_a", "head_b") or head == f"head_{head_of(rank)}":
+        return local[rank][part]
+    return local[rank][dict(parameter_blocks(make_two_heads(0)))[f"head_{head_of(rank)}.{rest}"]]
+
+
 def _work(runs):
     if not any(e.get("caller") for w in runs for r in w.ranks for e in r.of("collective")):
         return "no rank called a collective: broadcast_parameters and average_gradients do nothing yet"
@@ -137,7 +202,10 @@ EXERCISE = Exercise(
               _gradients_averaged,
               hint="dist.all_reduce(p.grad) sums in place; then divide by dist.get_world_size()"),
         Check("a frozen parameter (no gradient) is left alone, without an error", 2, _frozen_parameter,
-              hint="skip parameters whose p.grad is None, as every rank has the same ones"),
+              hint="a frozen parameter (requires_grad=False) has no gradient on any rank: leave it out"),
+        Check("a parameter unused on some ranks gets the mean over all ranks, zero where it had no gradient", 2,
+              _unused_on_some_ranks,
+              hint="every rank must call the same collectives, whatever gradients it has"),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
               every_rank_calls_the_same_collectives, needs="partial",
               hint="a collective blocks until every rank calls it: call it on all ranks"),

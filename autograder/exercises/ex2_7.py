@@ -16,12 +16,32 @@ import torch
 from autograder.checks import Check, every_rank_calls_the_same_collectives
 from autograder.exercises import Exercise
 from autograder.reference import flat, gradients_at, parameter_blocks
-from ddpcourse.given.ex2_7 import BUCKET_NUMEL, STEPS, buckets, make_deep_model, shard, start_seed
+from ddpcourse.given.ex2_7 import BUCKET_NUMEL, STEPS, make_deep_model, shard, start_seed
 
 TOL = dict(rtol=1e-4, atol=1e-6)
 NUMELS = [p.numel() for p in make_deep_model(0).parameters()]
 RULE = ("parameters from the last back, each bucket taking the next parameter unless that would take it over "
         "bucket_numel (or, as DDP does, closing once it holds bucket_numel or more)")
+
+
+def buckets(numels: list[int], cap: int, closes_at_cap: bool = False) -> list[list[int]]:
+    """Parameter indices bucket by bucket, in the order their gradients become ready (last parameter first).
+
+    A bucket takes the next parameter unless that would take it over ``cap`` elements (a parameter larger
+    than ``cap`` has a bucket of its own); with ``closes_at_cap``, as DDP fills them, a bucket closes as
+    soon as it holds ``cap`` elements or more.
+    """
+    found, bucket, size = [], [], 0
+    for index in reversed(range(len(numels))):
+        if bucket and not closes_at_cap and size + numels[index] > cap:
+            found.append(bucket)
+            bucket, size = [], 0
+        bucket.append(index)
+        size += numels[index]
+        if closes_at_cap and size >= cap:
+            found.append(bucket)
+            bucket, size = [], 0
+    return found + ([bucket] if bucket else [])
 
 
 def _sizes(partition: list[list[int]]) -> list[int]:

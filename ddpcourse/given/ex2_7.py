@@ -27,23 +27,3 @@ def shard(seed: int, step: int, world_size: int, rank: int):
     x, y = toy_dataset(n=BATCH * STEPS, seed=seed).tensors
     batch = slice(step * BATCH, (step + 1) * BATCH)
     return x[batch][rank::world_size], y[batch][rank::world_size]
-
-
-def buckets(numels: list[int], cap: int, closes_at_cap: bool = False) -> list[list[int]]:
-    """Parameter indices bucket by bucket, in the order their gradients become ready (last parameter first).
-
-    A bucket takes the next parameter unless that would take it over ``cap`` elements (a parameter larger
-    than ``cap`` has a bucket of its own); with ``closes_at_cap``, as DDP fills them, a bucket closes as
-    soon as it holds ``cap`` elements or more.
-    """
-    found, bucket, size = [], [], 0
-    for index in reversed(range(len(numels))):
-        if bucket and not closes_at_cap and size + numels[index] > cap:
-            found.append(bucket)
-            bucket, size = [], 0
-        bucket.append(index)
-        size += numels[index]
-        if closes_at_cap and size >= cap:
-            found.append(bucket)
-            bucket, size = [], 0
-    return found + ([bucket] if bucket else [])

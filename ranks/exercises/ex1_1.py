@@ -7,7 +7,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddpcourse import make_model
-from ddpcourse.given.ex1_1 import LR, STEPS, shard, start_seed
+from ddpcourse.given.ex1_1 import LR, STEPS, head_of, make_two_heads, shard, start_seed
 from ranks.rig import join_group, raised
 
 
@@ -37,9 +37,12 @@ def harness(student, place, rec, seed, **_):
                     p -= LR * p.grad
         rec.keep(f"parameters after step {step}", _flat(model.parameters()))
     frozen = _with_a_frozen_parameter(student, model, *shard(seed, 0, w, rank))
+    # A function that fails on a None gradient would fail here at a different parameter on each rank, and
+    # leave the others waiting in a collective: that mistake is the frozen parameter's, told there.
+    unused = None if frozen else _with_a_head_unused(student, seed, rank, *shard(seed, 0, w, rank))
     dist.barrier()  # leave together: see rig.join_group
     dist.destroy_process_group()
-    return {"frozen": frozen}
+    return {"frozen": frozen, "unused": unused}
 
 
 def _with_a_frozen_parameter(student, model, x, y) -> str | None:
@@ -59,3 +62,15 @@ def _with_a_frozen_parameter(student, model, x, y) -> str | None:
     if frozen.grad is not None and torch.count_nonzero(frozen.grad):
         return "gave the frozen parameter (net.0.bias) a gradient that is not zero"
     return None
+
+
+def _with_a_head_unused(student, seed, rank, x, y) -> list[float] | str:
+    """The gradients after average_gradients when this rank's forward used one head of two (head_of):
+    the other head's parameters require a gradient but get none here. NaN where a gradient is None."""
+    model = make_two_heads(seed)
+    F.cross_entropy(model(x, head_of(rank)), y).backward()
+    try:
+        student.average_gradients(model)
+    except Exception as exc:
+        return f"raised {raised(exc)}"
+    return _flat_grads(model).tolist()

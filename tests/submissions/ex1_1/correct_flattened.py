@@ -13,6 +13,9 @@ def broadcast_parameters(model):
 
 def average_gradients(model):
     # one all-reduce over a bucket of every gradient, as DDP does
+    for p in model.parameters():  # a gradient no forward on this rank reached counts as zero
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     if not grads:
         return

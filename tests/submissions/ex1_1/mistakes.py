@@ -1,6 +1,8 @@
 """Exercise 1.1's negative controls that are one edit of correct_loops.py (see ../edits.py)."""
 
 BASE = "correct_loops.py"
+ZEROS = ("        if p.requires_grad:\n            if p.grad is None:  # unused by this rank's forward: it contributes "
+         "zeros\n                p.grad = torch.zeros_like(p)\n")
 REDUCE = "            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)\n            p.grad /= world_size\n"
 
 MISTAKES = {
@@ -20,10 +22,13 @@ MISTAKES = {
         [("dist.broadcast(p.data, src=0)", "dist.broadcast(p.data, src=dist.get_rank())")]),
     "wrong_only_weights": (
         "averages only the weight matrices, not the biases",
-        [("        if p.grad is not None:\n", "        if p.grad is not None and p.dim() > 1:\n")]),
+        [("        if p.requires_grad:\n", "        if p.requires_grad and p.dim() > 1:\n")]),
     "wrong_frozen_crashes": (
         "all-reduces every parameter's gradient, also a frozen parameter's, which is None",
-        [("        if p.grad is not None:\n", "        if True:\n")]),
+        [(ZEROS, "        if True:\n")]),
+    "wrong_skips_missing_gradients": (
+        "skips a parameter whose gradient is None on this rank: the ranks' calls pair different parameters",
+        [(ZEROS, "        if p.grad is not None:\n")]),
     "wrong_averages_a_copy": (
         "averages a copy of each gradient: p.grad itself never changes",
         [(REDUCE, "            g = p.grad.clone()\n            dist.all_reduce(g)\n            g /= world_size\n")]),

@@ -1,0 +1,134 @@
+"""Exercise 2.8: a model of the overlap: exposed_communication(numels, bucket_numel, compute_s, alpha_s, beta_s).
+
+The student's function is arithmetic, called in a rank on schedules of every kind (ddpcourse/given/ex2_8.py).
+The grader plays each schedule out itself: backward produces the gradients from the last parameter to the
+first, a bucket's all-reduce starts once its last gradient is ready and the previous all-reduce is done, and
+what is exposed is the time from the end of backward to the end of the last all-reduce. The first two checks
+are the schedule's two limits, each naming its mistake; the third judges the cases in between, and leaves a
+mistake that one of the limits has named to that check.
+"""
+
+from __future__ import annotations
+
+from autograder.checks import Check
+from autograder.exercises import Exercise
+from autograder.exercises.ex2_7 import buckets
+from ddpcourse.given.ex2_8 import cases
+
+RTOL, ATOL = 1e-6, 1e-12
+
+
+def exposed(case: dict, closes_at_cap: bool = False, queued: bool = True, forward: bool = False,
+            from_start: bool = False, latency_once: bool = False, first_gradient_first: bool = False) -> float:
+    """The exposed seconds of ``case``'s schedule; the keywords play out the mistakes the messages name."""
+    numels, compute = case["numels"], case["compute_s"]
+    ready, t = [0.0] * len(numels), 0.0
+    for i in (range(len(numels)) if first_gradient_first else reversed(range(len(numels)))):
+        t += compute[i]
+        ready[i] = t
+    if forward:  # buckets filled from the first parameter, started in the order they complete
+        partition = [[len(numels) - 1 - i for i in b] for b in buckets(numels[::-1], case["bucket_numel"], closes_at_cap)]
+        partition.sort(key=lambda b: min(b), reverse=True)
+    else:
+        partition = buckets(numels, case["bucket_numel"], closes_at_cap)
+    free = end = 0.0
+    for bucket in partition:
+        start = max(max(ready[i] for i in bucket), free if queued else 0.0)
+        free = start + (0.0 if latency_once else case["alpha_s"]) + case["beta_s"] * sum(numels[i] for i in bucket)
+        end = max(end, free)
+    end += case["alpha_s"] if latency_once else 0.0
+    return end if from_start else end - t
+
+
+def _right(got, want: float) -> bool:
+    return isinstance(got, (int, float)) and abs(got - want) <= ATOL + RTOL * abs(want)
+
+
+def _accepted(case: dict) -> list[float]:
+    return [exposed(case), exposed(case, closes_at_cap=True)]
+
+
+MISTAKES = (  # (what the answers match, what it means)
+    ({"queued": False}, "the all-reduces were taken to run at the same time; they run one after another, so a "
+                        "bucket that is ready waits until the previous all-reduce is done"),
+    ({"forward": True}, "these are the times of buckets filled from the first parameter on; backward produces the "
+                        "last parameter's gradient first, so the buckets are filled from the last parameter back"),
+    ({"latency_once": True}, "alpha was charged once per step; every all-reduce pays it, once per bucket"),
+    ({"first_gradient_first": True}, "these times have backward produce the first parameter's gradient first; it "
+                                     "produces the last parameter's first, the order the layers ran in, reversed"),
+    ({"from_start": True}, "this is the time from the start of backward; exposed is only what comes after "
+                           "backward's last gradient"),
+)
+
+
+def _named_mistake(answers, judged) -> str | None:
+    """What the student's answers on ``judged`` cases match, if a known mistake explains every one."""
+    for keywords, meaning in MISTAKES:
+        for rule in (False, True):
+            if all(_right(answers[k], exposed(c, closes_at_cap=rule, **keywords)) for k, c in judged):
+                return meaning
+    return None
+
+
+def _judge(runs, kind: tuple[str, str] | None, what: str) -> str | None:
+    answers = runs.worlds[0].ranks[0].result.get("answers") if isinstance(runs.worlds[0].ranks[0].result, dict) else None
+    if answers is None:
+        return "exposed_communication was not called"
+    every = list(enumerate(cases(runs.params["seed"])))
+    judged = [(k, c) for k, c in every if kind is None or (c["compute"], c["network"]) == kind]
+    wrong = [(k, c) for k, c in judged if not any(_right(answers[k], a) for a in _accepted(c))]
+    if not wrong:
+        return None
+    if kind is None and any(_judge(runs, limit, "") for limit in LIMITS):
+        return None  # a mistake the limits name, charged there
+    k, case = wrong[0]
+    if isinstance(answers[k], str):
+        return f"{what}: {answers[k]}"
+    shown = (f"{len(wrong)} of {len(judged)} schedules wrong; for example numels={case['numels']}, "
+             f"bucket_numel={case['bucket_numel']}: you said {answers[k]:.6g} s where the schedule gives "
+             f"{_accepted(case)[0]:.6g} s")
+    meaning = _named_mistake(answers, judged)
+    return f"{what}: {shown}" + (f": {meaning}" if meaning else "")
+
+
+LIMITS = (("free", "slow"), ("slow", "slow"))
+
+
+def _free_computation(runs):
+    return _judge(runs, LIMITS[0], "with every gradient ready at once (no computation)")
+
+
+def _slow_computation(runs):
+    return _judge(runs, LIMITS[1], "with backward much slower than the network")
+
+
+def _every_schedule(runs):
+    return _judge(runs, None, "on schedules where buckets queue behind each other")
+
+
+def _work(runs):
+    result = runs.worlds[0].ranks[0].result if runs.worlds and runs.worlds[0].ranks else None
+    answers = result.get("answers") if isinstance(result, dict) else None
+    if not answers or all(isinstance(a, str) for a in answers):
+        return "exposed_communication returned no number for any schedule"
+
+
+EXERCISE = Exercise(
+    id="2.8",
+    title="a model of the overlap: communication exposed after backward",
+    kind="function", on_cpu=True,
+    entry="exposed_communication",
+    params=lambda seed: {"seed": seed},
+    work=_work,
+    world_sizes=(1,),
+    checks=[
+        Check("with no computation, every bucket's all-reduce is exposed, one after another", 2, _free_computation,
+              hint="with every gradient ready at the start, the buckets' all-reduces run back to back: how many "
+                   "buckets, and what does each cost?"),
+        Check("with slow computation, only the last bucket's all-reduce is exposed", 2, _slow_computation,
+              hint="which bucket can start only after backward's last gradient?"),
+        Check("the exposed time equals the schedule's on schedules in between", 4, _every_schedule,
+              hint="play the schedule out: when each gradient is ready, when each bucket's all-reduce can start "
+                   "(ready, and the previous one done), when it ends"),
+    ],
+)
