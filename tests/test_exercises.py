@@ -485,25 +485,62 @@ def test_the_answer_key_is_not_in_the_package_in_plain(exercise_id, plain):
     assert not [p for p in plain if p in text]
 
 
-@pytest.mark.parametrize("exercise_id", QUIZZES)
-def test_no_right_option_can_be_told_by_its_length(exercise_id):
-    """A student who never read the lesson must not find the answer by picking the longest option."""
+def choice_items() -> list[tuple[str, str, dict[str, str], str]]:
+    """Every multiple-choice item of every concept check: (key, question, options by letter, the right letter)."""
     import re
 
-    from conftest import ROOT
+    items = []
+    for exercise_id, notebook in QUIZZES.items():
+        module = quiz(exercise_id)
+        cells = json.loads((ROOT / "solutions" / notebook).read_text())["cells"]
+        task = f"task_{exercise_id.replace('.', '_')}"
+        text = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == task)
+        for key, block in re.findall(r'\*\*Q\d \(`"(\w+)"`\)\.\*\*(.*?)(?=\*\*Q\d|\Z)', text, re.S):
+            options = {k: " ".join(v.split()) for k, v in
+                       re.findall(r"^- ([a-d])\) (.*?)(?=^- [a-d]\)|\Z)", block, re.S | re.M)}
+            if options:  # else a number or a name
+                right = [letter for letter in options if module.digest(key, letter) in module.ACCEPTED[key]]
+                assert len(right) == 1, key
+                items.append((key, re.split(r"^- a\)", block, flags=re.M)[0], options, right[0]))
+    return items
 
-    ACCEPTED, digest = quiz(exercise_id).ACCEPTED, quiz(exercise_id).digest
-    cells = json.loads((ROOT / "solutions" / QUIZZES[exercise_id]).read_text())["cells"]
-    task = f"task_{exercise_id.replace('.', '_')}"
-    text = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == task)
-    for key, block in re.findall(r'\*\*Q\d \(`"(\w+)"`\)\.\*\*(.*?)(?=\*\*Q\d|\Z)', text, re.S):
-        options = dict(re.findall(r"^- ([a-d])\) (.*?)(?=^- [a-d]\)|\Z)", block, re.S | re.M))
-        if not options:
-            continue  # a number or a name
-        right = [letter for letter in options if digest(key, letter) in ACCEPTED[key]]
-        assert len(right) == 1, key
-        wrong = max(len(" ".join(v.split())) for k, v in options.items() if k != right[0])
-        assert len(" ".join(options[right[0]].split())) <= 1.1 * wrong, key
+
+def _words(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"[a-z_]+", text.lower()))
+
+
+# Ways to answer without the lessons: each picks, for an item, the options it prefers (ties share the pick).
+GUESSES = {
+    "the longest option": lambda question, options: _ties(options, lambda o: len(o)),
+    "the shortest option": lambda question, options: _ties(options, lambda o: -len(o)),
+    "the option sharing most words with the question":
+        lambda question, options: _ties(options, lambda o: len(_words(o) & _words(question))),
+    "the option that hedges (may, can, usually...)":
+        lambda question, options: _ties(options, lambda o: len(_words(o) & {"may", "might", "can", "usually",
+                                                                              "typically", "often", "depends"})),
+    "the option without always, never, only, every...":
+        lambda question, options: _ties(options, lambda o: -len(_words(o) & {"always", "never", "only", "every",
+                                                                               "all", "none", "cannot", "must"})),
+    **{f"always option {letter}": (lambda question, options, letter=letter: {letter}) for letter in "abcd"},
+}
+
+
+def _ties(options: dict[str, str], score) -> set[str]:
+    best = max(score(o) for o in options.values())
+    return {letter for letter, o in options.items() if score(o) == best}
+
+
+@pytest.mark.parametrize("guess", GUESSES)
+def test_no_way_of_guessing_without_the_lessons_beats_chance_on_the_concept_checks(guess):
+    """Over every multiple-choice item of the course, a student who never read the lessons and picks by the
+    form of the options (its length, its words, its position) scores no better than a third."""
+    items = choice_items()
+    assert len(items) >= 12
+    expected = sum(len({right} & picked) / len(picked) for _, question, options, right in items
+                   for picked in [GUESSES[guess](question, options)])
+    assert expected / len(items) <= 1 / 3, f"{guess}: {expected:.1f} of {len(items)} items"
 
 
 def test_the_report_draws_a_pipeline_run_rank_by_rank():
