@@ -36,6 +36,20 @@ from autograder.report import SKIPPED_ON_CPU, CheckResult
 
 
 
+# Where a message turns from what was seen to its likely cause, or to what to do. The "find the bugs"
+# exercises (2.6, 4.4) show only what was seen: finding the cause is their work (``symptom``).
+CAUSE = "; likely cause: "
+FIX = ". To fix: "
+
+
+def symptom(message: str | None) -> str | None:
+    """A message with only what was seen: cut where it turns to a cause or a fix."""
+    if not message:
+        return message
+    cut = min((message.index(s) for s in (CAUSE, FIX) if s in message), default=None)
+    return message if cut is None else message[:cut] + "."
+
+
 class Skip(Exception):
     """The check cannot be judged here; the message says why."""
 
@@ -263,7 +277,7 @@ def matches_reference(runs: Runs, reference: Callable[[WorldRun], torch.Tensor],
             gap = (got - want).abs().max().item()
             ratio = _ratio(got, want, runs, world)
             return (f"{world.label}: rank 0's final parameters differ from {what} by up to {gap:.3g}"
-                    + (f" ({ratio})" if ratio else ""))
+                    + (f"; {ratio}" if ratio else ""))
     return None
 
 
@@ -276,10 +290,10 @@ def _ratio(got: torch.Tensor, want: torch.Tensor, runs: Runs, world: WorldRun) -
     scale = (moved @ expected / (expected @ expected)).item() if expected.norm() > 0 else 0.0
     w = world.world_size
     if abs(scale - w) < 0.15 * w:  # several steps compound, so only about w
-        return (f"the parameters moved {scale:.2f} times as far as the reference, about the world size: "
+        return (f"the parameters moved {scale:.2f} times as far as the reference, about the world size{CAUSE}"
                 "gradients summed, not averaged, or the learning rate multiplied by the world size")
     if abs(scale - 1 / w) < 0.15 / w:
-        return (f"the parameters moved {scale:.2f} times as far as the reference, about 1/world size: "
+        return (f"the parameters moved {scale:.2f} times as far as the reference, about 1/world size{CAUSE}"
                 "gradients averaged twice, or the loss or the learning rate divided by the world size")
     return ""
 

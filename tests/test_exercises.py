@@ -61,11 +61,11 @@ OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its grad
 NO_COMPUTATION = "with no computation, every bucket's all-reduce is exposed, one after another"
 SLOW_COMPUTATION = "with slow computation, only the last bucket's all-reduce is exposed"
 # 2.6's planted bugs, each named by the symptom 2.3's checks see
-BUGS = {"wrong_local_rank_as_rank": "exactly one checkpoint writer: global rank 0",
+BUGS = {"wrong_local_rank_as_rank": "exactly one process writes the checkpoint",
         "wrong_no_set_epoch": "the order of the samples changes every epoch",
         "wrong_extra_all_reduce": "equal to the single-process reference trained on the same global batches",
-        "wrong_saves_wrapper": "checkpoint keys have no 'module.' prefix and load strictly into the plain model",
-        "wrong_no_destroy": "process group destroyed at the end"}
+        "wrong_saves_wrapper": "the checkpoint loads strictly into the plain, unwrapped model",
+        "wrong_no_destroy": "no process ends with its process group still open"}
 BN_OUTPUT = "the output equals batch norm over all the ranks' batches put together"
 BN_RUNNING = "running statistics updated on every rank with the batch mean and unbiased variance"
 SYNCED = "every batch norm layer is synchronized when DDP wraps the model"
@@ -584,7 +584,9 @@ def test_the_script_2_6_hands_out_fails_the_checks_of_all_its_bugs_at_once():
     # its points are the planted bugs': as handed out it earns only what it already did right
     assert report.score <= report.max_score / 6, report.to_text()
     assert report.problem.startswith(f"Planted bugs fixed: 0 of {len(BUGS)}."), report.problem
-    assert "Hint" not in report.to_text() and "set_epoch" not in report.to_text()  # symptoms, not causes
+    text = report.to_text()  # symptoms, not causes nor fixes
+    assert "Hint" not in text and "set_epoch" not in text and "likely cause" not in text and "To fix" not in text
+    assert "rank 0" not in {c.name: c for c in report.checks}["exactly one process writes the checkpoint"].message
 
 
 def test_the_script_3_2_hands_out_scores_nothing_and_says_why():
@@ -754,3 +756,49 @@ def test_1_5_says_when_the_students_own_average_gradients_sends_other_than_predi
     assert own.status == "failed" and "data parallelism, your cell of 1.1: the busiest rank's 'sent'" in own.message, \
         own.message
     assert told in own.message and "1.2" not in own.message, own.message
+
+
+def lesson_cells(lesson: str) -> list[tuple[int, str]]:
+    """The code cells of a lesson, as a student could paste them into an exercise cell: a %%writefile
+    script as the script it writes, magics and shell lines left out."""
+    cells = []
+    for index, cell in enumerate(nbformat.read(ROOT / "lessons" / lesson, as_version=4).cells):
+        if cell.cell_type != "code":
+            continue
+        text = cell.source.split("\n", 1)[1] if cell.source.startswith("%%writefile") else cell.source
+        cells.append((index, "\n".join(line for line in text.splitlines() if not line.startswith(("%", "!")))))
+    return cells
+
+
+def _could_pass(exercise_id: str, code: str) -> bool:
+    """Whether the cell can be graded as the exercise at all: a function exercise needs its entry defined;
+    a script exercise, a script that joins a process group. Any other cell is refused before it runs."""
+    import ast
+
+    exercise = exercises.get(exercise_id)
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    if exercise.kind == "script":
+        return "init_process_group" in code and any(
+            isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return exercise.entry in defined
+
+
+@pytest.mark.parametrize("lesson,prefix", [("01_parallelism.ipynb", "1."), ("02_ddp_basics.ipynb", "2.")])
+def test_no_exercise_is_passed_in_full_by_pasting_a_cell_of_its_lesson(lesson, prefix, tmp_path):
+    """Every code cell of the lesson against every exercise of its problem set: the lesson shows an idea on one
+    case, the exercise asks for it on another, so no cell of the lesson is a full solution."""
+    tried = []
+    for index, code in lesson_cells(lesson):
+        for exercise_id in exercises.ids():
+            if exercise_id.startswith(prefix) and exercises.kind(exercise_id) != "answers" \
+                    and _could_pass(exercise_id, code):
+                path = tmp_path / f"cell{index}_{exercise_id}.py"
+                path.write_text(code)
+                report = engine.grade(exercise_id, path, seed=0, hosts=_hosts["warm"])
+                tried.append((index, exercise_id, report.score))
+                assert report.score < report.max_score, f"cell {index} of {lesson} passes {exercise_id} in full"
+    assert tried, "no cell of the lesson could even be graded: the test would prove nothing"

@@ -86,17 +86,17 @@ EXERCISE = Exercise(
     work=lambda runs: None if any(r.of("init_process_group_called") for w in runs for r in w.ranks) else
     "init_process_group was never called",  # joining a group takes well under a second; a wrong rendezvous waits forever
     checks=[
-        Check("process group initialized when setup() returns", 2, _initialized,
+        Check("process group initialized when setup() returns", 1, _initialized,
               hint="call dist.init_process_group(backend) inside setup()"),
-        Check("backend: gloo on CPUs, nccl on GPUs", 2, _backend, needs="partial",
+        Check("backend: gloo on CPUs, nccl on GPUs", 1, _backend, needs="partial",
               hint='backend = "nccl" if torch.cuda.is_available() else "gloo"'),
-        Check("rank, local rank and world size come from the launcher's environment", 2, _environment,
+        Check("rank, local rank and world size come from the launcher's environment", 1, _environment,
               hint="read RANK, LOCAL_RANK and WORLD_SIZE from os.environ; LOCAL_RANK is the index on this machine"),
         Check("rendezvous through the launcher's environment (no hard-coded address or port)", 1, _rendezvous,
               needs="partial", hint="call init_process_group(backend) without init_method"),
         Check("device: cpu on CPUs, cuda:LOCAL_RANK on GPUs", 1, _device,
               hint='torch.device("cuda", local_rank) on GPUs, torch.device("cpu") otherwise'),
-        Check("each process bound to its own GPU: torch.cuda.set_device(local_rank)", 2, _bound_to_local_rank,
+        Check("each process bound to its own GPU: torch.cuda.set_device(local_rank)", 1, _bound_to_local_rank,
               gpu_only=True, hint="call torch.cuda.set_device(local_rank) before creating tensors on the GPU"),
     ],
 )

@@ -54,12 +54,12 @@ EXERCISE = Exercise(
     work=lambda runs: None if any(isinstance(r.result, dict) and any(e.get("indices") for e in r.result.get("epochs", []))
                                   for w in runs for r in w.ranks) else "the loader gave no sample on any rank",
     checks=[
-        Check("each epoch the ranks' samples are disjoint and cover the dataset", 5, _disjoint_and_covering,
+        Check("each epoch the ranks' samples are disjoint and cover the dataset", 2, _disjoint_and_covering,
               hint="DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset)): the sampler "
                    "takes the rank and the world size from the process group"),
-        Check("the order changes every epoch once set_epoch is called (shuffle in the sampler)", 2, _order_changes,
+        Check("the order changes every epoch once set_epoch is called (shuffle in the sampler)", 1, _order_changes,
               hint="keep DistributedSampler's shuffle=True (the default); the training loop calls set_epoch"),
-        Check("no shuffle=True beside the sampler", 2, _no_shuffle_beside_sampler, needs="partial",
+        Check("no shuffle=True beside the sampler", 1, _no_shuffle_beside_sampler, needs="partial",
               hint="the sampler shuffles; leave DataLoader's shuffle at its default (False)"),
         Check("batches of batch_size samples on every rank", 1, _batch_size,
               hint="batch_size is per process: pass it to the DataLoader unchanged"),

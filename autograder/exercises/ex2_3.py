@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 
 from autograder.checks import (
+    CAUSE,
+    FIX,
     Check,
     each_rank,
     every_rank_calls_the_same_collectives,
@@ -96,9 +98,9 @@ def _drew_from_samplers(runs) -> bool:
     return all(r.of("sampler_iter") for _, r in each_rank(runs))
 
 
-def _order_changes_every_epoch(runs, why: bool = True):
+def _order_changes_every_epoch(runs):
     """Observed in the orders each rank drew, epoch after epoch: a repeated order is the mistake, whatever
-    caused it. ``why=False`` tells the symptom alone (2.6, where finding the cause is the exercise)."""
+    caused it (the message names the likely cause after what was seen)."""
     if not _drew_from_samplers(runs):
         return None  # no sampler at all: "each epoch the ranks' samples ..." names that mistake
     for world, r in each_rank(runs):
@@ -109,7 +111,7 @@ def _order_changes_every_epoch(runs, why: bool = True):
         repeated = next((e for e in range(1, EPOCHS) if orders[e] == orders[e - 1]), None)
         if repeated is not None:
             return (f"{world.label}: rank {r.rank} drew the same samples in the same order in epochs "
-                    f"{repeated - 1} and {repeated}" + (f": {_why_repeated(r, iters)}" if why else ""))
+                    f"{repeated - 1} and {repeated}{CAUSE}{_why_repeated(r, iters)}")
 
 
 def _why_repeated(r, iters) -> str:
@@ -137,8 +139,8 @@ def _one_writer(runs):
         if writers != [0]:
             nodes = (f" ({world.layout.nodes} nodes of {world.layout.local_world_size}: local ranks "
                      f"{[world.layout.local_rank(w) for w in writers]})") if world.layout.nodes > 1 else ""
-            return (f"{world.label}{nodes}: torch.save was called by rank(s) {writers or 'none'}; "
-                    "exactly one writer, global rank 0, is expected")
+            return (f"{world.label}{nodes}: torch.save was called by rank(s) {writers or 'none'}{FIX}"
+                    "exactly one writer, global rank 0")
 
 
 def _checkpoint(world):
@@ -165,7 +167,7 @@ def _loads_strictly(runs):
             return problem
         prefixed = [k for k in state["keys"] if k.startswith("module.")]
         if prefixed:
-            return f"checkpoint keys start with 'module.' ({prefixed[0]}): the DDP wrapper was saved, not the model"
+            return f"checkpoint keys start with 'module.' ({prefixed[0]}){CAUSE}the DDP wrapper was saved, not the model"
         want = dict(TinyNet().state_dict())
         missing = [k for k in want if k not in state["arrays"]]
         extra = [k for k in state["keys"] if k not in want]
@@ -195,7 +197,8 @@ def _checkpoint_is_trained(runs):
 def _destroyed(runs):
     for world, r in each_rank(runs):
         if not r.of("destroy_process_group"):
-            return f"{world.label}: rank {r.rank} never called destroy_process_group()"
+            return (f"{world.label}: rank {r.rank} ended with its process group still open{FIX}"
+                    "destroy_process_group() at the end of the script")
 
 
 def layout(world_size: int) -> Layout:

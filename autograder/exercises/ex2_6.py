@@ -12,25 +12,30 @@ something else still costs.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
+from autograder.checks import symptom
 from autograder.exercises import ex2_3
 
-WRITER = "exactly one checkpoint writer: global rank 0"
-REFERENCE = "equal to the single-process reference trained on the same global batches"
-KEYS = "checkpoint keys have no 'module.' prefix and load strictly into the plain model"
-DESTROYED = "process group destroyed at the end"
-ORDER = "the order of the samples changes every epoch"  # 2.3's name says the fix
-PLANTED = (WRITER, ORDER, REFERENCE, KEYS, DESTROYED)
+# 2.3's checks of the planted bugs, under names that say what goes wrong, not what to write.
+SYMPTOMS = {
+    "exactly one checkpoint writer: global rank 0": "exactly one process writes the checkpoint",
+    ex2_3.ORDER: "the order of the samples changes every epoch",
+    "equal to the single-process reference trained on the same global batches":
+        "equal to the single-process reference trained on the same global batches",
+    "checkpoint keys have no 'module.' prefix and load strictly into the plain model":
+        "the checkpoint loads strictly into the plain, unwrapped model",
+    "process group destroyed at the end": "no process ends with its process group still open",
+}
+PLANTED = tuple(SYMPTOMS.values())
 BUG_POINTS = 4
 OTHER_POINTS = {"DDP on GPUs: device_ids=[local_rank]": 0}  # the others: half a point each
 
 
 def _as_in_2_6(check):
-    if check.name == ex2_3.ORDER:
-        check = dataclasses.replace(check, name=ORDER, verify=functools.partial(check.verify, why=False))
-    points = BUG_POINTS if check.name in PLANTED else OTHER_POINTS.get(check.name, 0.5)
-    return dataclasses.replace(check, points=points, hint="", hint_for=None)
+    """2.3's check with the symptom alone in its message (finding the cause is the exercise), no hint."""
+    points = BUG_POINTS if check.name in SYMPTOMS else OTHER_POINTS.get(check.name, 0.5)
+    return dataclasses.replace(check, name=SYMPTOMS.get(check.name, check.name), points=points, hint="",
+                               hint_for=None, verify=lambda runs, verify=check.verify: symptom(verify(runs)))
 
 
 EXERCISE = dataclasses.replace(

@@ -231,17 +231,17 @@ EXERCISE = Exercise(
     checks=[
         Check("after construction every rank holds rank 0's weights", 2, _same_weights_as_rank_0,
               hint="broadcast every parameter from rank 0 in __init__, before any training"),
-        Check("after finish_gradient_synchronization every gradient is the mean over the ranks", 4,
+        Check("after finish_gradient_synchronization every gradient is the mean over the ranks", 6,
               _gradients_averaged,
               hint="all-reduce sums: divide by the world size once, and copy each bucket's result back into .grad"),
-        Check("one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel", 3,
+        Check("one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel", 5,
               _one_all_reduce_per_bucket,
               hint="gradients become ready from the output layer back: group parameters in that order"),
         Check("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
-              "and runs while backward goes on", 4, _overlaps_backward,
+              "and runs while backward goes on", 6, _overlaps_backward,
               hint="a hook on each parameter (register_post_accumulate_grad_hook) can tell when a bucket is "
                    "complete; start its all-reduce with async_op=True and keep the handle"),
-        Check("every all-reduce is waited for before finish_gradient_synchronization returns", 2,
+        Check("every all-reduce is waited for before finish_gradient_synchronization returns", 3,
               _every_all_reduce_waited,
               hint="an asynchronous collective's result is there only after its handle's wait()"),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,

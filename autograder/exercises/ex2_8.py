@@ -122,10 +122,10 @@ EXERCISE = Exercise(
     work=_work,
     world_sizes=(1,),
     checks=[
-        Check("with no computation, every bucket's all-reduce is exposed, one after another", 2, _free_computation,
+        Check("with no computation, every bucket's all-reduce is exposed, one after another", 3, _free_computation,
               hint="with every gradient ready at the start, the buckets' all-reduces run back to back: how many "
                    "buckets, and what does each cost?"),
-        Check("with slow computation, only the last bucket's all-reduce is exposed", 2, _slow_computation,
+        Check("with slow computation, only the last bucket's all-reduce is exposed", 3, _slow_computation,
               hint="which bucket can start only after backward's last gradient?"),
         Check("the exposed time equals the schedule's on schedules in between", 4, _every_schedule,
               hint="play the schedule out: when each gradient is ready, when each bucket's all-reduce can start "

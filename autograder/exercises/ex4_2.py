@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from autograder import jobs
-from autograder.checks import Check, runs_to_the_end
+from autograder.checks import FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
 from ddpcourse import TinyNet
 
@@ -35,14 +35,6 @@ JOBS = (
     jobs.standalone(2, ARGS, restarts=2, fault=KILLED_WRITING,
                     name="torchrun, 2 processes, rank 0 killed while writing its 2nd file"),
 )
-
-
-FIX = ". To fix: "  # where a message turns from what was seen to what to do: 4.4 tells only what was seen
-
-
-def symptom(message: str | None) -> str | None:
-    """A message without what to do (4.4, where finding the fix is the exercise)."""
-    return message.split(FIX)[0] + "." if message and FIX in message else message
 
 
 def two_machines() -> jobs.Job:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autograder.checks import Check
+from autograder.checks import Check, symptom
 from autograder.exercises import ex4_2
 
 ORDER = "every epoch draws a new order of the data, in every attempt"
@@ -36,7 +36,7 @@ def _order_changes_every_epoch(runs):
 def _quiet(check: Check) -> Check:
     verify = check.verify
     return dataclasses.replace(check, hint="", hint_for=None,  # finding the fix is the exercise
-                               verify=lambda runs: ex4_2.symptom(verify(runs)))
+                               verify=lambda runs: symptom(verify(runs)))
 
 
 EXERCISE = dataclasses.replace(
