@@ -67,6 +67,7 @@ class Recorder:
         self._optimizer: weakref.ref | None = None
         self._patched: list[tuple[object, str, object]] = []
         self._forged = 0  # events the submission tried to record itself
+        self._kept_size: int | None = None  # the length of what the harness keeps (keep)
         # A fault a job plants (worker.py): called after each optimizer step, and in place of torch.save.
         self.on_step = None
         self.on_save = None
@@ -131,6 +132,7 @@ class Recorder:
         """A flat vector the exercise's harness saves beside the parameter snapshots (same length)."""
         with torch.no_grad():
             self.snapshots.append((label, values.detach().double().cpu().flatten().clone()))
+        self._kept_size = self.snapshots[-1][1].numel()
 
     def fail(self, exc: BaseException):
         self.error = "".join(traceback.format_exception(exc))[-20000:]
@@ -147,6 +149,10 @@ class Recorder:
 
     def save(self):
         self._log.flush()
+        if self._kept_size is not None:
+            # what the harness kept is what its checks read: snapshots of an optimizer the student's code
+            # steps inside its own (a shard of the parameters) have another length, and are left out
+            self.snapshots = [(label, flat) for label, flat in self.snapshots if len(flat) == self._kept_size]
         sizes = {len(flat) for _, flat in self.snapshots}
         if len(sizes) == 1:
             np.save(self.workdir / f"rank{self.rank}.snapshots.npy",

@@ -1,0 +1,199 @@
+"""Exercise 3.7: ZeRO stage 1 built by hand: ZeroAdam(params, lr), with owned() and moments().
+
+Every rank holds the same model and, each step, the gradient of its own shard of a global batch; the
+student's optimizer must leave every rank with the weights DDP with Adam would give, while each rank
+keeps Adam's moments for an even share of the flattened parameters only. The grader trains the
+reference itself (Adam on the mean gradient, ddpcourse.optim.Adam) and reads what each rank says it
+owns and the moments it keeps; the collectives of each step are read from the trace, between the
+harness's markers around optimizer.step().
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from autograder.checks import Check, every_rank_calls_the_same_collectives
+from autograder.exercises import Exercise
+from autograder.reference import flat, gradients_at
+from ddpcourse.given.ex3_7 import LR, STEPS, model, shard
+from ddpcourse.optim import Adam
+
+TOL = dict(rtol=1e-4, atol=1e-6)
+REDUCE_SCATTERS = ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_autograd")
+ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_tensor", "all_gather_tensor_autograd")
+
+
+def reference(seed: int, world_size: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """The parameters after each step of Adam on the mean of the ranks' gradients, and its final moments."""
+    net = model(seed)
+    params = list(net.parameters())
+    adam = Adam(params, lr=LR)
+    after = []
+    for step in range(STEPS):
+        current = flat(net)
+        mean = sum(gradients_at(model(seed), current, *shard(seed, step, world_size, r))
+                   for r in range(world_size)) / world_size
+        for p, g in zip(params, mean.split([p.numel() for p in params])):
+            p.grad = g.view_as(p).float()
+        adam.step()
+        after.append(flat(net))
+    moments = [torch.cat([s[k].double().flatten() for s in adam.state]) for k in ("exp_avg", "exp_avg_sq")]
+    return after, moments[0], moments[1]
+
+
+def expected(seed: int) -> dict:
+    return {"reference": {w: reference(seed, w) for w in (1, 2, 3)}}
+
+
+def _equal_to_ddp_with_adam(runs):
+    """Every rank's parameters against the reference; where no all-gather was made (charged by its own check),
+    only the share each rank updated itself."""
+    gathered = _all_gathered(runs) is None
+    for world in runs:
+        after, _, _ = runs.params["reference"][world.world_size]
+        shares = _shares(world) if not gathered else None
+        for step in range(STEPS if gathered else 1):  # without it, later steps start from stale weights
+            for r in world.ranks:
+                got = r.kept(f"parameters after step {step}")
+                if got is None:
+                    return f"{world.label}: rank {r.rank}'s parameters after step {step} were not recorded"
+                part = slice(*shares[r.rank]) if isinstance(shares, dict) else slice(None)
+                if not torch.allclose(got[part], after[step][part], **TOL):
+                    return (f"{world.label}, step {step}: rank {r.rank}'s parameters differ from DDP with Adam "
+                            f"by up to {(got[part] - after[step][part]).abs().max().item():.3g}"
+                            + _why_different(world, r, step))
+
+
+def _why_different(world, r, step) -> str:
+    mine = r.kept(f"parameters after step {step}")
+    others = [q.kept(f"parameters after step {step}") for q in world.ranks if q is not r]
+    if any(o is not None and not torch.allclose(o, mine, **TOL) for o in others):
+        return "; the ranks do not even agree with each other: each rank's updated share must reach every rank"
+    return ""
+
+
+def _shares(world) -> dict[int, tuple[int, int]] | str:
+    found = {}
+    for r in world.ranks:
+        result = r.result if isinstance(r.result, dict) else {}
+        if "error" in result:
+            return f"{world.label}: rank {r.rank}'s owned() or moments() raised {result['error']}"
+        owned = result.get("owned")
+        if not (isinstance(owned, list) and len(owned) == 2 and all(isinstance(v, int) for v in owned)):
+            return f"{world.label}: rank {r.rank}'s owned() did not return (start, stop)"
+        found[r.rank] = tuple(owned)
+    return found
+
+
+def _even_share(runs):
+    n = flat(model(0)).numel()
+    for world in runs:
+        shares = _shares(world)
+        if isinstance(shares, str):
+            return shares
+        ranges = sorted(shares.values())
+        if ranges[0][0] != 0 or ranges[-1][1] != n or any(a[1] != b[0] for a, b in zip(ranges, ranges[1:])) \
+                or any(start >= stop for start, stop in ranges if world.world_size <= n):
+            return (f"{world.label}: the ranks own {[shares[r] for r in sorted(shares)]} of the {n} flattened "
+                    "parameters: together they must own each element exactly once")
+        fair = math.ceil(n / world.world_size)
+        rank, (start, stop) = max(shares.items(), key=lambda kv: kv[1][1] - kv[1][0])
+        if stop - start > fair:
+            return (f"{world.label}: rank {rank} owns {stop - start} of the {n} elements, more than "
+                    f"⌈{n}/{world.world_size}⌉ = {fair}: the partition is not even, so that rank's optimizer "
+                    "state is the job's peak (cut the flat vector, not whole tensors)")
+
+
+def _moments_of_its_share(runs):
+    n = flat(model(0)).numel()
+    values_right = _equal_to_ddp_with_adam(runs) is None and _all_gathered(runs) is None  # else charged there
+    for world in runs:
+        shares = _shares(world)
+        if isinstance(shares, str):
+            return None  # charged by the check of the share
+        _, exp_avg, exp_avg_sq = runs.params["reference"][world.world_size]
+        for r in world.ranks:
+            start, stop = shares[r.rank]
+            sizes = r.result.get("moment_sizes")
+            if sizes != [stop - start] * 2:
+                whole = " (every element's: the whole model's state)" if sizes and sizes[0] >= n else ""
+                return (f"{world.label}: rank {r.rank} keeps moments of {sizes} elements{whole}; it owns "
+                        f"{stop - start}: each rank keeps Adam's state for its own share only")
+            if values_right and 0 <= start <= stop <= n:
+                for name, want in (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
+                    got = torch.tensor(r.result.get(name), dtype=torch.float64)
+                    if got.shape != want[start:stop].shape or not torch.allclose(got, want[start:stop], rtol=1e-3,
+                                                                                 atol=1e-9):
+                        return (f"{world.label}: rank {r.rank}'s {name} for elements {start}-{stop} differs from "
+                                "full Adam's there: the moments must be those of the mean gradient")
+
+
+def _step_calls(r, step: int) -> list[dict]:
+    """The collectives the student's code started during optimizer.step() of `step`."""
+    marks = [k for k, e in enumerate(r.events) if e.get("kind") == "phase" and e.get("step") == step]
+    if len(marks) != 2:
+        return []
+    return [e for e in r.events[marks[0]:marks[1]] if e.get("kind") == "collective" and e.get("caller")]
+
+
+def _reduce_scattered(runs):
+    for world in runs:
+        if world.world_size == 1:
+            continue
+        for r in world.ranks:
+            for step in range(STEPS):
+                ops = [e.get("op") for e in _step_calls(r, step)]
+                if "all_reduce" in ops:
+                    return (f"{world.label}, step {step}: rank {r.rank} all-reduced during the step: every rank "
+                            "then receives every gradient, and ZeRO-1 needs each rank's own share only "
+                            "(a reduce-scatter sends half as much)")
+                if not any(op in REDUCE_SCATTERS for op in ops):
+                    return (f"{world.label}, step {step}: rank {r.rank} made no reduce-scatter during the step "
+                            f"(it called {ops or 'no collective'})")
+
+
+def _all_gathered(runs):
+    for world in runs:
+        if world.world_size == 1:
+            continue
+        for r in world.ranks:
+            for step in range(STEPS):
+                ops = [e.get("op") for e in _step_calls(r, step)]
+                if not any(op in ALL_GATHERS for op in ops):
+                    return (f"{world.label}, step {step}: rank {r.rank} made no all-gather during the step "
+                            f"(it called {ops or 'no collective'}): each rank's updated share reaches the others "
+                            "with one all-gather")
+
+
+def _work(runs):
+    if not any(e.get("caller") for w in runs for r in w.ranks for e in r.of("collective")) and \
+            not any(r.kept("parameters after step 0") is not None and w.world_size > 1 for w in runs for r in w.ranks):
+        return "no rank called a collective: ZeroAdam does not exchange anything yet"
+
+
+EXERCISE = Exercise(
+    id="3.7",
+    title="ZeRO stage 1 by hand: a reduce-scatter, a sharded Adam step, an all-gather",
+    kind="function", on_cpu=True,
+    entry="ZeroAdam",
+    params=lambda seed: {"seed": seed},
+    expected=expected,
+    work=_work,
+    checks=[
+        Check("after every step every rank's parameters equal DDP with Adam", 5, _equal_to_ddp_with_adam,
+              hint="the mean gradient over the ranks, Adam on each element, the same new weights everywhere"),
+        Check("each rank owns an even, contiguous share of the flattened parameters, together all of them once",
+              3, _even_share, hint="cut the flattened parameters into W contiguous pieces of at most ⌈N/W⌉"),
+        Check("each rank keeps Adam's moments for its own share only, equal to full Adam's there", 3,
+              _moments_of_its_share, hint="the moments live with the share a rank updates, and nowhere else"),
+        Check("the gradients are reduce-scattered (each rank receives its share's sum), not all-reduced", 3,
+              _reduce_scattered, hint="dist.reduce_scatter_tensor leaves on each rank the sum of its own piece"),
+        Check("the updated shares reach every rank by an all-gather", 2, _all_gathered,
+              hint="dist.all_gather_into_tensor puts every rank's piece together on every rank"),
+        Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
+              every_rank_calls_the_same_collectives, needs="partial",
+              hint="a collective blocks until every rank calls it: call it on all ranks"),
+    ],
+)
