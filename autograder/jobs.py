@@ -88,9 +88,9 @@ WARM_IMPORTS = ("torch.distributed.run", "torch._dynamo", "ranks.trace", "ranks.
 PYTHON = "python, 1 process"
 
 
-def python(args: tuple[str, ...] = ()) -> Job:
+def python(args: tuple[str, ...] = (), name: str = PYTHON) -> Job:
     """The script as `python SCRIPT ARGS`: one process, no launcher."""
-    return Job(PYTHON, 1, (None,), args)
+    return Job(name, 1, (None,), args)
 
 
 def standalone(world_size: int, args: tuple[str, ...] = (), *, restarts: int = 0, fault: dict | None = None,

@@ -28,7 +28,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "2.7": "the code runs to the end on every rank at every world size",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
-        "4.1": "every launch runs to the end: python, torchrun with 1, 2 and 3 processes, and on 2 machines",
+        "4.1": ("every launch runs to the end: python, torchrun with 1, 2 and 3 processes, on 2 machines, and with no "
+                "arguments"),
         "4.2": "every job finishes: never interrupted, and after each kill",
         "4.3": "the job of two machines runs to the end",
         "4.4": "every job finishes: never interrupted, and after each kill",
@@ -201,6 +202,8 @@ CAUGHT_BY = {
     ("3.6", "wrong_fsdp_ignores_rows"): {  # one wrong rule for the parameters: gradients and moments follow it
         "parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP"},
     ("4.1", "wrong_local_rank_argument"): {SHARE, SAME_MODEL, "exactly one writer in every launch: global rank 0"},
+    ("4.1", "wrong_defaults_changed"): {"with no arguments it trains with the defaults the script had: 2 epochs, "
+                                        "global batches of 16, lr 0.1, into weights.pt"},
     ("4.1", "wrong_hard_coded_world_size"): {RUNS["4.1"], SHARE, SETTINGS, SAME_MODEL},
     ("4.1", "wrong_global_batch_per_rank"): {SETTINGS, SAME_MODEL},
     ("4.1", "wrong_python_path_shuffles"): {SHARE, SAME_MODEL},

@@ -21,8 +21,10 @@ from ddpcourse.given.ex3_7 import LR, STEPS, model, shard
 from ddpcourse.optim import Adam
 
 TOL = dict(rtol=1e-4, atol=1e-6)
-REDUCE_SCATTERS = ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_autograd")
-ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_tensor", "all_gather_tensor_autograd")
+REDUCE_SCATTERS = ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_autograd", "reduce_scatter_single",
+                   "reduce_scatter_single_autograd")
+ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_tensor", "all_gather_tensor_autograd", "all_gather_single",
+               "all_gather_single_autograd")
 
 
 def reference(seed: int, world_size: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:

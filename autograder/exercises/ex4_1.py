@@ -4,13 +4,15 @@ The script handed out is lesson 2's kind: it runs only under torchrun (it reads 
 environment unconditionally) and its settings are constants. The student makes it run unchanged as
 ``python train.py`` and under ``torchrun`` with any number of processes, with its settings from its
 command line. The grader launches it five times (python; torchrun with 1, 2 and 3 processes; two
-agents of one job, as on two machines) with settings other than the script's defaults, and checks that each launch trains the same model as one
-process on the same global batches.
+agents of one job, as on two machines) with settings other than the script's defaults, and checks that
+each launch trains the same model as one process on the same global batches; and once more as
+``python train.py`` with no arguments, which must train with the defaults the script was handed out with.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,18 +28,48 @@ from ddpcourse import TinyNet, make_model, toy_dataset
 N, EPOCHS, GLOBAL_BATCH, LR, MOMENTUM, OUT = 96, 3, 12, 0.05, 0.9, "trained.pt"
 # What the grader passes: none of it is the script's default (2 epochs, batches of 16, lr 0.1, weights.pt).
 ARGS = ("--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--out", OUT)
-JOBS = (jobs.python(ARGS), jobs.standalone(1, ARGS), jobs.standalone(2, ARGS), jobs.standalone(3, ARGS))
+DEFAULT_EPOCHS, DEFAULT_GLOBAL_BATCH, DEFAULT_LR, DEFAULT_OUT = 2, 16, 0.1, "weights.pt"  # the script handed out
+DEFAULTS = "python, no arguments"
+JOBS = (jobs.python(ARGS), jobs.standalone(1, ARGS), jobs.standalone(2, ARGS), jobs.standalone(3, ARGS),
+        jobs.python((), name=DEFAULTS))
 TWO_MACHINES = "torchrun, 2 machines of 1 process"
 
 
 @functools.cache
-def reference() -> torch.Tensor:
+def reference(epochs: int = EPOCHS, global_batch: int = GLOBAL_BATCH, lr: float = LR) -> torch.Tensor:
     """One process, SGD with momentum, on the global batches every launch draws: DistributedSampler's
     order for (seed 0, epoch) is one permutation, and the ranks' k-th batches together are its k-th
     slice of GLOBAL_BATCH samples, whatever the number of ranks."""
     dataset = toy_dataset(n=N, seed=0)
-    shares = [sampler_shares(dataset, 1, epoch) for epoch in range(EPOCHS)]
-    return flat(trained_on_shares(lambda: make_model(0), dataset, shares, GLOBAL_BATCH, LR, momentum=MOMENTUM))
+    shares = [sampler_shares(dataset, 1, epoch) for epoch in range(epochs)]
+    return flat(trained_on_shares(lambda: make_model(0), dataset, shares, global_batch, lr, momentum=MOMENTUM))
+
+
+def _with_arguments(verify):
+    """A check of the launches with the grader's command line: the one with none has a check of its own."""
+    return lambda runs: verify(replace(runs, worlds=[w for w in runs if w.job != DEFAULTS]))
+
+
+def _defaults_kept(runs):
+    world = next((w for w in runs if w.job == DEFAULTS), None)
+    if world is None:
+        return None
+    r = world.ranks[0]
+    epochs = len(r.of("sampler_iter"))
+    if epochs and epochs != DEFAULT_EPOCHS:
+        return f"{world.label}: the script trained {epochs} epochs; its default was {DEFAULT_EPOCHS}"
+    saved = [Path(p).name for p in map(r.where_it_ended, r.of("save")) if p]
+    if saved and DEFAULT_OUT not in saved:
+        return f"{world.label}: the weights went to {saved[-1]}; the default file was {DEFAULT_OUT}"
+    if any(_with_arguments(verify)(runs) for verify in (_own_share_of_the_data, _settings_from_the_command_line,
+                                                          _same_model_every_launch)):
+        return None  # the launches with arguments already train wrong: that mistake is charged there
+    final = r.final_params()
+    want = reference(DEFAULT_EPOCHS, DEFAULT_GLOBAL_BATCH, DEFAULT_LR)
+    if final is not None and not torch.allclose(final, want, atol=1e-5):
+        return (f"{world.label}: the trained weights differ from the script's defaults (lr {DEFAULT_LR}, "
+                f"{DEFAULT_EPOCHS} epochs of global batches of {DEFAULT_GLOBAL_BATCH}) by up to "
+                f"{(final - want).abs().max().item():.3g}: the defaults must stay the constants the script had")
 
 
 def place(world, r) -> tuple[int, int, int]:
@@ -49,7 +81,7 @@ def place(world, r) -> tuple[int, int, int]:
 
 
 def under_python(world) -> bool:
-    return world.job == jobs.PYTHON
+    return world.job in (jobs.PYTHON, DEFAULTS)
 
 
 def _work(runs):
@@ -215,29 +247,32 @@ EXERCISE = Exercise(
     expected=lambda seed: {"initial": flat(make_model(0))},
     work=_work,
     checks=[
-        runs_to_the_end("every launch runs to the end: python, torchrun with 1, 2 and 3 processes, and on 2 machines",
-                        3),
+        runs_to_the_end("every launch runs to the end: python, torchrun with 1, 2 and 3 processes, on 2 machines, and "
+                        "with no arguments", 3),
         Check("under torchrun each worker joins one process group at the rank and size torchrun gave it", 2,
-              _one_group_at_the_launchers_place, needs="partial",
+              _with_arguments(_one_group_at_the_launchers_place), needs="partial",
               hint="init_process_group(backend) only when RANK is set; no mp.spawn, no rank or world size of your own"),
         Check("each rank draws its own share of the data: the launcher's rank and world size", 2,
-              _own_share_of_the_data,
+              _with_arguments(_own_share_of_the_data),
               hint="DistributedSampler(dataset, num_replicas=world_size, rank=rank) with RANK and WORLD_SIZE from "
                    "the environment (1 and 0 when they are not set)"),
         Check("settings from the command line: --epochs, --global-batch (all ranks together) and --out", 2,
-              _settings_from_the_command_line,
+              _with_arguments(_settings_from_the_command_line),
               hint="argparse; per-rank batch = global batch // world size"),
-        Check("parameters identical on all ranks after every optimizer step", 1, params_identical_across_ranks,
+        Check("parameters identical on all ranks after every optimizer step", 1, _with_arguments(params_identical_across_ranks),
               hint="wrap the model in DDP under torchrun"),
         Check("every launch trains the same model as one process on the same global batches", 3,
-              _same_model_every_launch, hint="SGD(lr=args.lr, momentum=0.9) on cross_entropy, make_model(seed=0)"),
-        Check("exactly one writer in every launch: global rank 0", 1, _one_writer,
+              _with_arguments(_same_model_every_launch), hint="SGD(lr=args.lr, momentum=0.9) on cross_entropy, make_model(seed=0)"),
+        Check("exactly one writer in every launch: global rank 0", 1, _with_arguments(_one_writer),
               hint="if rank == 0: torch.save(...), with rank 0 under python too"),
-        Check("the file saved holds the trained weights of a plain TinyNet", 1, _file_holds_the_trained_model,
+        Check("the file saved holds the trained weights of a plain TinyNet", 1, _with_arguments(_file_holds_the_trained_model),
               hint="torch.save(model.state_dict(), args.out) after the last epoch: the model, not the DDP wrapper"),
-        Check("process group destroyed at the end of every torchrun launch", 1, _destroyed,
+        Check("process group destroyed at the end of every torchrun launch", 1, _with_arguments(_destroyed),
               hint="if distributed: dist.destroy_process_group()"),
-        Check("on GPUs each worker trains on the GPU of its LOCAL_RANK", 1, _gpu_of_the_local_rank, gpu_only=True,
+        Check("with no arguments it trains with the defaults the script had: 2 epochs, global batches of 16, lr 0.1, "
+              "into weights.pt", 2, _defaults_kept,
+              hint="argparse's default= keeps the constants the script was handed out with"),
+        Check("on GPUs each worker trains on the GPU of its LOCAL_RANK", 1, _with_arguments(_gpu_of_the_local_rank), gpu_only=True,
               hint="device = torch.device('cuda', local_rank) with LOCAL_RANK from the environment"),
     ],
 )

@@ -33,3 +33,7 @@ MISTAKES = {
         "waits in a barrier on rank 0 only, before saving",
         [("    if rank == 0:\n        torch.save(", "    if rank == 0:\n        if distributed:\n            dist.barrier()\n        torch.save(")]),
 }
+MISTAKES["wrong_defaults_changed"] = (
+    "keeps the command line but not the script's constants as defaults: 6 epochs at lr 0.05, as lesson 4's script",
+    [('    parser.add_argument("--epochs", type=int, default=2)\n', '    parser.add_argument("--epochs", type=int, default=6)\n'),
+     ('    parser.add_argument("--lr", type=float, default=0.1)\n', '    parser.add_argument("--lr", type=float, default=0.05)\n')])
