@@ -43,7 +43,7 @@ class CpuSyncBatchNorm(_BatchNorm):
         from torch.distributed.nn.functional import all_reduce
 
         group = self.process_group or dist.group.WORLD
-        with warnings.catch_warnings():  # "deprecated": its replacement is not differentiable on gloo
+        with warnings.catch_warnings():  # deprecated in 2.13 (the functional collectives replace it): silenced
             warnings.simplefilter("ignore", FutureWarning)
             wide = input.double()
             stats = all_reduce(torch.cat([wide.sum(dims), (wide * wide).sum(dims), count]), group=group)
