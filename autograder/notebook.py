@@ -109,7 +109,12 @@ def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None)
         path = Path(tmp) / f"exercise_{exercise_id.replace('.', '_')}.ipynb"
         path.write_text(_as_notebook(exercise_id))
         request = {"exercise": exercise_id, "path": str(path), "seed": seed, "world_sizes": world_sizes}
-        answer, problem = _warm_grader().ask(request, GRADE_LIMIT)
+        try:
+            answer, problem = _warm_grader().ask(request, GRADE_LIMIT)
+        except KeyboardInterrupt:  # the stop button: the grader and its ranks are stopped (WarmGrader.ask)
+            _warm_grader().start_in_background()  # so that the next check does not wait for a new one
+            return CheckOutcome(exercise_id, message="stopped with the stop button, and every rank with it. "
+                                                     "Run this check again when you are ready.")
     if answer is None:
         return CheckOutcome(exercise_id, message="the grader stopped without a report:", detail=problem)
     if "report" in answer:

@@ -188,6 +188,11 @@ class WarmGrader:
             return None, f"{exc}\n{self._log_tail()}"
         return json.loads(line), ""
 
+    def start_in_background(self):
+        """A fresh server, starting while the student reads (its first answer waits for it to be ready)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+
     def stop(self):
         """Stop the server (its rank host dies with it) and remove its work directory and log."""
         if self.proc is not None:

@@ -128,6 +128,16 @@ def test_a_grader_past_the_limit_is_stopped(own_grader, monkeypatch):
     assert not list(Path(tempfile.gettempdir()).glob(f"autograder-kernel-{os.getpid()}-*"))
 
 
+def test_the_stop_button_is_one_line_and_the_next_grader_is_already_starting(own_grader, monkeypatch):
+    monkeypatch.setitem(notebook._cells, "2.4", WRONG_2_4.read_text())
+    grader = notebook._warm_grader()
+    monkeypatch.setattr(grader, "_read_line", lambda limit: (_ for _ in ()).throw(KeyboardInterrupt()))
+    outcome = notebook.check("2.4")
+    assert repr(outcome) == "0.0" and "stopped with the stop button" in outcome._repr_html_()
+    assert "Traceback" not in outcome._repr_html_()
+    assert grader.proc is not None and grader.proc.poll() is None  # a fresh server, started at once
+
+
 def _report(*checks):
     return Report("2.4", "t", "gloo", [1, 2], [CheckResult(*c) for c in checks])
 
@@ -267,25 +277,31 @@ def check_in_flight(tmp_path):
     return kernel, client, checking, descendants(os.getpid()) - {kernel.provisioner.pid}
 
 
-def nothing_left(grading: set[int], tmp: Path):
+def nothing_left(grading: set[int], tmp: Path, of: set[Path] | None = None):
+    """Neither the grading's processes nor its files (``of``: those, else every grader file) are left."""
     deadline = time.monotonic() + 15
     while alive(grading) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert alive(grading) == set(), "the grader or its ranks outlived the check"
     deadline = time.monotonic() + 5
-    while list(tmp.glob("autograder-*")) and time.monotonic() < deadline:
+    while _left(tmp, of) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = list(tmp.glob("autograder-*"))
+    left = _left(tmp, of)
     assert not left, left  # no code, traces or log of this kernel
 
 
-def test_a_check_interrupted_with_the_stop_button_leaves_nothing_behind(tmp_path, private_tmp):
+def _left(tmp: Path, of: set[Path] | None) -> list[Path]:
+    return [p for p in tmp.glob("autograder-*") if of is None or p in of]
+
+
+def test_a_check_interrupted_with_the_stop_button_says_so_in_one_line_and_leaves_nothing_behind(tmp_path, private_tmp):
     kernel, client, checking, grading = check_in_flight(tmp_path)
     try:
+        files = set(private_tmp.glob("autograder-*"))  # the grading's: a fresh grader starts at once beside them
         kernel.interrupt_kernel()
-        client.get_shell_msg(timeout=60)  # its status can read "ok" even so: the cell's output is what counts
-        assert "KeyboardInterrupt" in errors_shown(client, checking)
-        nothing_left(grading, private_tmp)
+        client.get_shell_msg(timeout=60)
+        assert errors_shown(client, checking) == []  # no traceback through the grader: one line
+        nothing_left(grading, private_tmp, of=files)
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)
