@@ -107,8 +107,9 @@ class Report:
                 f" [{how}, {self.elapsed:.1f} s]")
         on_gpu = [c for c in self.skipped if c.max_points]  # a check worth nothing costs nothing when skipped
         if on_gpu:
-            line += (f"; {len(on_gpu)} check(s) skipped, which need one GPU per rank: the checks judged "
-                     "count for them")
+            worth = _num(sum(c.max_points for c in on_gpu))
+            line += (f". {len(on_gpu)} check(s) worth {worth} point(s) need a GPU per rank and were skipped here; "
+                     f"your score is what you earned on the other checks, scaled to {_num(self.max_score)}")
         return line
 
     def sandbox_line(self) -> str:
