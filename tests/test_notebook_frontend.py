@@ -156,7 +156,7 @@ def test_partial_score_is_scaled_to_the_exercise_points():
 def test_one_score_everywhere_rounded_to_two_decimals():
     report = _report(("a", "passed", 1, 1), ("b", "failed", 0, 2), ("gpu", "skipped", 0, 1))
     assert report.to_dict()["score"] == 1.33 and report.to_dict()["max_score"] == 4
-    assert "1.33/4 points" in report.to_text() and "1 check(s) skipped" in report.headline()
+    assert "1.33/4 points" in report.to_text() and "1 check(s) worth 1 point(s) need a GPU per rank and were skipped here" in report.headline()
     assert "1.33/4 points" in notebook.CheckOutcome("2.4", report)._repr_html_()
 
 
