@@ -11,8 +11,9 @@ nbgrader's Execute step and fills each check cell with the sandboxed grader's re
 points, which nbgrader takes as partial credit. A notebook cannot fool it by what it prints.
 """
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor
-from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades, IgnorePattern,
+                                   LimitOutput, SaveAutoGrades)
 
 from autograder.nbgrader_grading import GradeInSandbox, feedback_template_dirs
 
@@ -38,6 +39,9 @@ c.Autograde.autograde_preprocessors = [
 # To grade anyway, with each submission running as you, beside the gradebook:
 # c.GradeInSandbox.allow_without_sandbox = True
 
+# Feedback pages show the check cells as students had them: the hidden tests (grading again on other data)
+# are graded, not shown.
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
 # Feedback pages list each check cell as its exercise ("Exercise 2.4"), not as nbgrader's "Test cell".
 c.HTMLExporter.template_name = "course_feedback"
 c.HTMLExporter.template_file = "course_feedback.html.j2"

@@ -165,6 +165,7 @@ def test_feedback_and_grades_csv(course):
     assert "Test cell" not in page  # each check cell is listed under its exercise
     assert all(f'<a href="#check_{ex.replace(".", "_")}">Exercise {ex}</a>' in page for ex in IDS)
     assert "autograder-report" in page and "<svg" in page  # the report, with the picture of the run
+    assert "HIDDEN TESTS" not in page and "autograding checks again" not in page  # graded, not shown
     with open(course / "grades.csv") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f)}
     assert set(rows) == {"correct", "wrong", "hanging", "empty", "cheater"}
