@@ -30,7 +30,7 @@ from pathlib import Path
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
-from autograder.source import MAGIC, UsageError, magic_id
+from autograder.source import MAGIC, UsageError, as_notebook, magic_id
 
 
 class GradeInSandbox(Preprocessor):
@@ -75,19 +75,22 @@ class GradeInSandbox(Preprocessor):
             outcome = CheckOutcome("?", message="this check cell does not say which exercise to check")
         else:
             exercise_id, options = call
-            outcome = self.grade(exercise_id, cells.get(exercise_id), options.get("seed", 0),
-                                 options.get("world_sizes"))
+            outcome = self.grade(exercise_id, cells, options.get("seed", 0), options.get("world_sizes"))
         return new_output("execute_result", {"text/plain": repr(outcome), "text/html": outcome._repr_html_()},
                           execution_count=None)
 
-    def grade(self, exercise_id: str, code: str | None, seed: int, world_sizes):
-        from autograder import engine
+    def grade(self, exercise_id: str, cells: dict[str, str], seed: int, world_sizes):
+        """The exercise's cell graded, as a notebook with the cells of the exercises it also runs (1.5 sets
+        its predictions beside the student's own 1.1-1.4), as the check in the student's notebook does."""
+        from autograder import engine, exercises
         from autograder.notebook import CheckOutcome
 
-        if code is None:
+        if exercise_id not in cells:
             return CheckOutcome(exercise_id, message=f"no exercise cell: none starts with `{MAGIC} {exercise_id}`")
-        path = self.folder / f"exercise_{exercise_id.replace('.', '_')}.py"
-        path.write_text(code)
+        known = exercises.get(exercise_id)
+        ids = [exercise_id, *(i for i in (known.uses if known else ()) if i in cells)]
+        path = self.folder / f"exercise_{exercise_id.replace('.', '_')}.ipynb"
+        path.write_text(as_notebook([cells[i] for i in ids]))
         try:
             report = engine.grade(exercise_id, path, world_sizes, seed=seed, hosts=self.hosts)
         except UsageError as exc:

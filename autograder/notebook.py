@@ -22,7 +22,6 @@ cell's result as partial credit.
 from __future__ import annotations
 
 import html
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder.report import Report
-from autograder.source import MAGIC
+from autograder.source import MAGIC, as_notebook
 
 if TYPE_CHECKING:
     from autograder.server import WarmGrader
@@ -131,8 +130,7 @@ def _as_notebook(exercise_id: str) -> str:
 
     known = exercises.get(exercise_id)
     ids = [exercise_id, *(i for i in (known.uses if known else ()) if i in _cells)]
-    cells = [{"cell_type": "code", "metadata": {}, "source": f"{MAGIC} {i}\n{_cells[i]}"} for i in ids]
-    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    return as_notebook([f"{MAGIC} {i}\n{_cells[i]}" for i in ids])
 
 
 def _warm_grader() -> WarmGrader:

@@ -83,6 +83,13 @@ def cells_of(path: Path, exercise_ids) -> dict[str, str]:
     return found
 
 
+def as_notebook(sources: list[str]) -> str:
+    """Exercise cells (each starting with its magic line) as a notebook of their own, for the grader: an
+    exercise that also runs others' cells (Exercise.uses) finds them there (``cells_of``)."""
+    cells = [{"cell_type": "code", "metadata": {}, "source": source} for source in sources]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
 def as_module(cell_source: str) -> str:
     lines = cell_source.splitlines()
     for i, line in enumerate(lines):

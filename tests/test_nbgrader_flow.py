@@ -200,7 +200,7 @@ def problem_set(request, tmp_path_factory):
         return {"mixed": handed_in(released, {**correct, **wrong})}
 
     graded_class(root, source, assignment, class_of)
-    return source, mistakes, check_cell_scores(root, source.stem, assignment, ("mixed",))
+    return source, mistakes, check_cell_scores(root, source.stem, assignment, ("mixed",)), root
 
 
 def _control(exercise_id: str, name: str, scratch: Path) -> str:
@@ -211,7 +211,7 @@ def _control(exercise_id: str, name: str, scratch: Path) -> str:
 
 
 def test_a_class_gets_partial_credit_where_it_erred(problem_set):
-    source, mistakes, scores = problem_set
+    source, mistakes, scores, _ = problem_set
     ids = [magic_id(c.source) for c in nbformat.read(source, as_version=4).cells
            if c.cell_type == "code" and magic_id(c.source)]
     assert set(scores["mixed"]) == set(ids)
@@ -219,3 +219,15 @@ def test_a_class_gets_partial_credit_where_it_erred(problem_set):
         worth = exercises.get(ex).points
         lost = mistakes[ex][1] if ex in mistakes else 0  # the check that names the mistake, and only it
         assert scores["mixed"][ex] == (worth - lost, worth)
+
+
+def test_1_5_sets_its_predictions_beside_the_students_own_cells_under_autograde_too(problem_set):
+    source, _, _, root = problem_set
+    if source.name != "01_parallelism.ipynb":
+        pytest.skip("1.5 is in problem set 1")
+    graded = nbformat.read(root / "autograded" / "mixed" / "ps1" / source.name, as_version=4)
+    check = next(c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_1_5")
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in check.outputs)
+    assert "your predictions" in shown.lower() or "your own code" in shown.lower(), shown[:2000]
+    assert "did not run" not in shown, shown[:2000]  # the student's 1.1-1.4 ran beside 1.5, as in the notebook
+
