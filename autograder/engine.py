@@ -362,7 +362,7 @@ def _timeline(exercise, worlds) -> dict | None:
     world = next((w for w in worlds if not w.complete), None) or max(worlds, key=lambda w: w.world_size)
     if world.world_size == 1 and world.complete:
         return None  # one rank alone shows no distributed behaviour
-    drawn = of_world(world, f"Your run at {world.label}", exercise.timeline_between)
+    drawn = of_world(world, f"{exercise.drawn_as} at {world.label}", exercise.timeline_between)
     return drawn.to_dict() if drawn else None
 
 

@@ -160,8 +160,10 @@ class Report:
     def _timeline_html(self) -> str:
         if not self.timeline:
             return ""
-        return (f"<details style='margin-top:6px'><summary>Your run, rank by rank</summary>"
-                f"{_drawn(self.timeline).to_svg()}</details>")
+        drawn = _drawn(self.timeline)
+        whose = drawn.title.split(" at ")[0] if drawn.title else "Your run"
+        return (f"<details style='margin-top:6px'><summary>{html.escape(whose)}, rank by rank</summary>"
+                f"{drawn.to_svg()}</details>")
 
 
 def _drawn(timeline: dict):

@@ -567,6 +567,13 @@ def test_the_report_draws_a_pipeline_run_rank_by_rank():
     assert "<svg" in report._repr_html_() and Report.from_dict(report.to_dict()).timeline == report.timeline
 
 
+def test_the_course_s_own_runs_are_drawn_as_such_not_as_the_students():
+    report = graded("1.5", "correct_counted")
+    drawn = Timeline.from_dict(report.timeline)
+    assert drawn.title.startswith("The course's own run") and "own run (what your predictions" in report._repr_html_()
+    assert "Your run" not in report.to_text()
+
+
 def test_the_timeline_of_a_hang_shows_where_each_rank_stopped():
     report = graded("1.2", "wrong_sends_before_receiving")
     drawn = Timeline.from_dict(report.timeline)

@@ -49,6 +49,9 @@ class Exercise:
     # The part of the run the report draws, rank by rank: a pair of harness markers (the last
     # window between them), or None for the whole run after the ranks joined.
     timeline_between: tuple[str, str] | None = None
+    # Whose run that drawing shows: the student's code, or (1.5, 3.6) the course's own, which the harness runs
+    # to measure what the student predicted.
+    drawn_as: str = "Your run"
     # "Find and fix" exercises: each planted bug, as the names of the checks its symptom fails.
     planted: tuple[tuple[str, ...], ...] = ()
     # Other exercises whose cells, where the submission has them, run with this one in one more launch

@@ -255,6 +255,7 @@ EXERCISE = Exercise(
     id="1.5",
     title="predict the costs per rank",
     kind="function", on_cpu=True,
+    drawn_as="The course's own run (what your predictions are measured against)",
     entry="per_rank_costs",
     world_sizes=(1, 2, 3, 4),
     uses=tuple(OWN),

@@ -119,6 +119,7 @@ EXERCISE = Exercise(
     id="3.6",
     title="predict, then measure, the training state per rank",
     kind="function", on_cpu=True,
+    drawn_as="The course's own run (what your predictions are measured against)",
     entry="predict",
     params=lambda seed: {"seed": seed},
     work=_work,
