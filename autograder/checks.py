@@ -298,6 +298,22 @@ def _ratio(got: torch.Tensor, want: torch.Tensor, runs: Runs, world: WorldRun) -
     return ""
 
 
+def how_a_gradient_differs(got: torch.Tensor, mean: torch.Tensor, local: torch.Tensor, world_size: int,
+                           still_local: str, rtol: float = 1e-4, atol: float = 1e-6) -> str:
+    """What a rank's gradient is, where it should be the mean over the ranks (``local``: the rank's own, and
+    ``still_local`` what that means for the exercise): "is 2 times the mean...: summed, not divided...", ..."""
+    w, close = world_size, (lambda a, b: torch.allclose(a, b, rtol=rtol, atol=atol))
+    if torch.isnan(got).any():
+        return "is missing (None)"
+    if w > 1 and close(got, mean * w):
+        return f"is {w} times the mean over the ranks: summed, not divided by the world size"
+    if w > 1 and close(got, mean / w):
+        return f"is 1/{w} of the mean over the ranks: divided by the world size twice"
+    if w > 1 and close(got, local):
+        return f"is still this rank's own gradient: {still_local}"
+    return f"differs from the mean of the ranks' gradients by up to {(got - mean).abs().max().item():.3g}"
+
+
 def every_rank_calls_the_same_collectives(runs: Runs) -> str | None:
     for world in runs:
         if world.world_size == 1 or world.culprit() is not None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from autograder.checks import Check, every_rank_calls_the_same_collectives
+from autograder.checks import Check, every_rank_calls_the_same_collectives, how_a_gradient_differs
 from autograder.exercises import Exercise
 from autograder.reference import flat, gradients_at, parameter_blocks
 from ddpcourse import make_model
 from ddpcourse.given.ex1_1 import STEPS, head_of, make_two_heads, shard, start_seed
 
 TOL = dict(rtol=1e-4, atol=1e-6)
+STILL_LOCAL = "not averaged, or averaged into a copy (all-reduce p.grad itself, in place)"
 
 
 def _whose(values: torch.Tensor, starts: list[torch.Tensor]) -> int | None:
@@ -89,24 +90,10 @@ def _gradients_averaged(runs):
                 for name, part in blocks:
                     if not torch.allclose(got[r][part], mean[part], **TOL):
                         message = (f"world size {w}, step {step}: rank {r}'s gradient of {name} "
-                                   f"{_what_it_is(got[r][part], mean[part], local[r][part], w)}")
+                                   f"{how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
                         if r > 0 and any(torch.allclose(got[0][part], k * mean[part], **TOL) for k in (1, w)):
                             message += ", while rank 0's is right: the result must reach every rank (all_reduce)"
                         return message
-
-
-def _what_it_is(got, mean, local, w) -> str:
-    if torch.isnan(got).any():
-        return "is missing (None) after average_gradients"
-    if w > 1 and torch.allclose(got, mean * w, **TOL):
-        return f"is {w} times the mean over the ranks: summed, not divided by the world size"
-    if w > 1 and torch.allclose(got, mean / w, **TOL):
-        return f"is 1/{w} of the mean over the ranks: divided by the world size twice"
-    if w > 1 and torch.allclose(got, local, **TOL):
-        return ("is still this rank's own local gradient: not averaged, or averaged into a copy "
-                "(all-reduce p.grad itself, in place)")
-    gap = (got - mean).abs().max().item()
-    return f"differs from the mean of the ranks' local gradients by up to {gap:.3g}"
 
 
 def _frozen_parameter(runs):

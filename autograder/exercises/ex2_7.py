@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import torch
 
-from autograder.checks import Check, every_rank_calls_the_same_collectives
+from autograder.checks import Check, every_rank_calls_the_same_collectives, how_a_gradient_differs
 from autograder.exercises import Exercise
 from autograder.reference import flat, gradients_at, parameter_blocks
 from ddpcourse.given.ex2_7 import BUCKET_NUMEL, STEPS, make_deep_model, shard, start_seed
 
 TOL = dict(rtol=1e-4, atol=1e-6)
+STILL_LOCAL = "the all-reduced bucket was not copied back into the parameters' .grad"
 NUMELS = [p.numel() for p in make_deep_model(0).parameters()]
 RULE = ("parameters from the last back, each bucket taking the next parameter unless that would take it over "
         "bucket_numel (or, as DDP does, closing once it holds bucket_numel or more)")
@@ -199,21 +200,7 @@ def _gradients_averaged(runs):
                 for name, part in blocks:
                     if not torch.allclose(got[r][part], mean[part], **TOL):
                         return (f"{world.label}, step {step}: after finish_gradient_synchronization rank {r}'s "
-                                f"gradient of {name} {_what_it_is(got[r][part], mean[part], local[r][part], w)}")
-
-
-def _what_it_is(got, mean, local, w) -> str:
-    if torch.isnan(got).any():
-        return "is missing (None)"
-    if w > 1 and torch.allclose(got, mean * w, **TOL):
-        return f"is {w} times the mean over the ranks: summed, not divided by the world size"
-    if w > 1 and torch.allclose(got, mean / w, **TOL):
-        return f"is 1/{w} of the mean over the ranks: divided by the world size twice"
-    if w > 1 and torch.allclose(got, local, **TOL):
-        return ("is still this rank's own gradient: the all-reduced bucket was not copied back into the "
-                "parameters' .grad")
-    gap = (got - mean).abs().max().item()
-    return f"differs from the mean of the ranks' gradients by up to {gap:.3g}"
+                                f"gradient of {name} {how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
 
 
 def _work(runs):
