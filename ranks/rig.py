@@ -53,6 +53,16 @@ def device_for(place: Place) -> torch.device:
     return torch.device("cpu")
 
 
+def flat(tensors) -> torch.Tensor:
+    """Tensors as one detached vector, in order (what a harness keeps: Recorder.keep)."""
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+def flat_grads(model) -> torch.Tensor:
+    """Every parameter's gradient as one vector, NaN where a gradient is None."""
+    return flat(p.grad if p.grad is not None else torch.full_like(p, float("nan")) for p in model.parameters())
+
+
 def row_index(x: torch.Tensor) -> dict[bytes, int]:
     """Map each row's bytes to its index: the toy data's rows are all distinct."""
     return {row.tobytes(): i for i, row in enumerate(x.numpy())}

@@ -8,15 +8,7 @@ import torch.nn.functional as F
 
 from ddpcourse import make_model
 from ddpcourse.given.ex1_1 import LR, STEPS, head_of, make_two_heads, shard, start_seed
-from ranks.rig import join_group, raised
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().flatten() for t in tensors])
-
-
-def _flat_grads(model) -> torch.Tensor:
-    return _flat(p.grad if p.grad is not None else torch.full_like(p, float("nan")) for p in model.parameters())
+from ranks.rig import flat, flat_grads, join_group, raised
 
 
 def harness(student, place, rec, seed, **_):
@@ -24,18 +16,18 @@ def harness(student, place, rec, seed, **_):
     rank, w = place.rank, place.world_size
     model = make_model(start_seed(seed, rank))
     student.broadcast_parameters(model)
-    rec.keep("after broadcast_parameters", _flat(model.parameters()))
+    rec.keep("after broadcast_parameters", flat(model.parameters()))
     for step in range(STEPS):
         x, y = shard(seed, step, w, rank)
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         student.average_gradients(model)
-        rec.keep(f"gradients at step {step}", _flat_grads(model))
+        rec.keep(f"gradients at step {step}", flat_grads(model))
         with torch.no_grad():
             for p in model.parameters():
                 if p.grad is not None:
                     p -= LR * p.grad
-        rec.keep(f"parameters after step {step}", _flat(model.parameters()))
+        rec.keep(f"parameters after step {step}", flat(model.parameters()))
     frozen = _with_a_frozen_parameter(student, model, *shard(seed, 0, w, rank))
     # A function that fails on a None gradient would fail here at a different parameter on each rank, and
     # leave the others waiting in a collective: that mistake is the frozen parameter's, told there.
@@ -73,4 +65,4 @@ def _with_a_head_unused(student, seed, rank, x, y) -> list[float] | str:
         student.average_gradients(model)
     except Exception as exc:
         return f"raised {raised(exc)}"
-    return _flat_grads(model).tolist()
+    return flat_grads(model).tolist()

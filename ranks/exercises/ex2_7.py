@@ -11,15 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddpcourse.given.ex2_7 import BUCKET_NUMEL, LR, STEPS, make_deep_model, shard, start_seed
-from ranks.rig import join_group
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().flatten() for t in tensors])
-
-
-def _flat_grads(model) -> torch.Tensor:
-    return _flat(p.grad if p.grad is not None else torch.full_like(p, float("nan")) for p in model.parameters())
+from ranks.rig import flat, flat_grads, join_group
 
 
 def harness(student, place, rec, seed, **_):
@@ -29,7 +21,7 @@ def harness(student, place, rec, seed, **_):
     for index, p in enumerate(model.parameters()):
         p.register_post_accumulate_grad_hook(lambda p, index=index: rec.event("gradient_ready", index=index))
     wrapped = student.BucketedDataParallel(model, BUCKET_NUMEL[w])
-    rec.keep("after construction", _flat(model.parameters()))
+    rec.keep("after construction", flat(model.parameters()))
     for step in range(STEPS):
         x, y = shard(seed, step, w, rank)
         model.zero_grad(set_to_none=True)
@@ -39,12 +31,12 @@ def harness(student, place, rec, seed, **_):
         rec.event("phase", step=step, phase="finish_gradient_synchronization")
         wrapped.finish_gradient_synchronization()
         rec.event("phase", step=step, phase="step")
-        rec.keep(f"gradients at step {step}", _flat_grads(model))
+        rec.keep(f"gradients at step {step}", flat_grads(model))
         with torch.no_grad():
             for p in model.parameters():
                 if p.grad is not None:
                     p -= LR * p.grad
-        rec.keep(f"parameters after step {step}", _flat(model.parameters()))
+        rec.keep(f"parameters after step {step}", flat(model.parameters()))
     dist.barrier()  # leave together: see rig.join_group
     dist.destroy_process_group()
     return {}

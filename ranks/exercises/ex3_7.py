@@ -7,11 +7,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddpcourse.given.ex3_7 import LR, STEPS, model, shard
-from ranks.rig import join_group, raised
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().flatten() for t in tensors])
+from ranks.rig import flat, join_group, raised
 
 
 def harness(student, place, rec, seed, **_):
@@ -28,7 +24,7 @@ def harness(student, place, rec, seed, **_):
         rec.event("phase", step=step, phase="step")
         optimizer.step()
         rec.event("phase", step=step, phase="stepped")
-        rec.keep(f"parameters after step {step}", _flat(params))
+        rec.keep(f"parameters after step {step}", flat(params))
     share = _share(optimizer)
     dist.barrier()  # leave together: see rig.join_group
     dist.destroy_process_group()
