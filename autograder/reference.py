@@ -115,6 +115,28 @@ def parameter_blocks(model: torch.nn.Module) -> list[tuple[str, slice]]:
     return blocks
 
 
+def averaged_gradients(world, step: int, before: str, make, shard) -> tuple[list, list] | None:
+    """One step of hand-made data parallelism, as the harness kept it (labels "gradients at step N" and
+    ``before``, the weights each rank held): (the gradients each rank ended with, the local gradients its
+    held weights give on ``shard(step, world_size, rank)``), or None when a rank kept nothing."""
+    held = [r.kept(before) for r in world.ranks]
+    got = [r.kept(f"gradients at step {step}") for r in world.ranks]
+    if any(v is None for v in held + got):
+        return None
+    w = world.world_size
+    return got, [gradients_at(make(), held[r], *shard(step, w, r)) for r in range(w)]
+
+
+def off_the_mean(got: list, local: list, blocks, rtol: float = 1e-4, atol: float = 1e-6):
+    """The first (rank, parameter name, its slice, the mean over the ranks) whose gradient is not that mean."""
+    mean = sum(local) / len(local)
+    for rank, values in enumerate(got):
+        for name, part in blocks:
+            if not torch.allclose(values[part], mean[part], rtol=rtol, atol=atol):
+                return rank, name, part, mean
+    return None
+
+
 def gradients_at(model: torch.nn.Module, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The flattened gradient of the cross-entropy on (x, y) with ``model``'s parameters set to ``params``."""
     torch.nn.utils.vector_to_parameters(params.float(), model.parameters())

@@ -9,11 +9,13 @@ as wrong gradients.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from autograder.checks import Check, every_rank_calls_the_same_collectives, how_a_gradient_differs
 from autograder.exercises import Exercise
-from autograder.reference import flat, gradients_at, parameter_blocks
+from autograder.reference import averaged_gradients, flat, off_the_mean, parameter_blocks
 from ddpcourse import make_model
 from ddpcourse.given.ex1_1 import STEPS, head_of, make_two_heads, shard, start_seed
 
@@ -80,20 +82,18 @@ def _gradients_averaged(runs):
         w = world.world_size
         for step in range(STEPS):
             before = "after broadcast_parameters" if step == 0 else f"parameters after step {step - 1}"
-            held = [r.kept(before) for r in world.ranks]
-            got = [r.kept(f"gradients at step {step}") for r in world.ranks]
-            if any(v is None for v in held + got):
+            found = averaged_gradients(world, step, before, lambda: make_model(0), functools.partial(shard, seed))
+            if found is None:
                 return f"world size {w}: the gradients of step {step} were not recorded on every rank"
-            local = [gradients_at(make_model(0), held[r], *shard(seed, step, w, r)) for r in range(w)]
-            mean = sum(local) / w
-            for r in range(w):
-                for name, part in blocks:
-                    if not torch.allclose(got[r][part], mean[part], **TOL):
-                        message = (f"world size {w}, step {step}: rank {r}'s gradient of {name} "
-                                   f"{how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
-                        if r > 0 and any(torch.allclose(got[0][part], k * mean[part], **TOL) for k in (1, w)):
-                            message += ", while rank 0's is right: the result must reach every rank (all_reduce)"
-                        return message
+            got, local = found
+            off = off_the_mean(got, local, blocks, **TOL)
+            if off:
+                r, name, part, mean = off
+                message = (f"world size {w}, step {step}: rank {r}'s gradient of {name} "
+                           f"{how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
+                if r > 0 and any(torch.allclose(got[0][part], k * mean[part], **TOL) for k in (1, w)):
+                    message += ", while rank 0's is right: the result must reach every rank (all_reduce)"
+                return message
 
 
 def _frozen_parameter(runs):

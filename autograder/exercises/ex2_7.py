@@ -11,11 +11,13 @@ broadcast is not charged again as wrong gradients.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from autograder.checks import Check, every_rank_calls_the_same_collectives, how_a_gradient_differs
 from autograder.exercises import Exercise
-from autograder.reference import flat, gradients_at, parameter_blocks
+from autograder.reference import averaged_gradients, flat, off_the_mean, parameter_blocks
 from ddpcourse.given.ex2_7 import BUCKET_NUMEL, STEPS, make_deep_model, shard, start_seed
 
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -188,19 +190,17 @@ def _gradients_averaged(runs):
         w = world.world_size
         for step in range(STEPS):
             before = "after construction" if step == 0 else f"parameters after step {step - 1}"
-            held = [r.kept(before) for r in world.ranks]
-            got = [r.kept(f"gradients at step {step}") for r in world.ranks]
-            if any(v is None for v in held + got):
+            found = averaged_gradients(world, step, before, lambda: make_deep_model(0), functools.partial(shard, seed))
+            if found is None:
                 return f"{world.label}: the gradients of step {step} were not recorded on every rank"
             if any(Step(r.events, step).unwaited() for r in world.ranks):
                 continue  # read before an all-reduce was waited for: the check of the waits names that
-            local = [gradients_at(make_deep_model(0), held[r], *shard(seed, step, w, r)) for r in range(w)]
-            mean = sum(local) / w
-            for r in range(w):
-                for name, part in blocks:
-                    if not torch.allclose(got[r][part], mean[part], **TOL):
-                        return (f"{world.label}, step {step}: after finish_gradient_synchronization rank {r}'s "
-                                f"gradient of {name} {how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
+            got, local = found
+            off = off_the_mean(got, local, blocks, **TOL)
+            if off:
+                r, name, part, mean = off
+                return (f"{world.label}, step {step}: after finish_gradient_synchronization rank {r}'s gradient of "
+                        f"{name} {how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
 
 
 def _work(runs):

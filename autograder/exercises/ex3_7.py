@@ -140,33 +140,32 @@ def _step_calls(r, step: int) -> list[dict]:
     return [e for e in r.events[marks[0]:marks[1]] if e.get("kind") == "collective" and e.get("caller")]
 
 
-def _reduce_scattered(runs):
+def _each_step(runs):
+    """(world, rank, step, the collectives it started in optimizer.step()) where several ranks exchange."""
     for world in runs:
-        if world.world_size == 1:
-            continue
-        for r in world.ranks:
-            for step in range(STEPS):
-                ops = [e.get("op") for e in _step_calls(r, step)]
-                if "all_reduce" in ops:
-                    return (f"{world.label}, step {step}: rank {r.rank} all-reduced during the step: every rank "
-                            "then receives every gradient, and ZeRO-1 needs each rank's own share only "
-                            "(a reduce-scatter sends half as much)")
-                if not any(op in REDUCE_SCATTERS for op in ops):
-                    return (f"{world.label}, step {step}: rank {r.rank} made no reduce-scatter during the step "
-                            f"(it called {ops or 'no collective'})")
+        if world.world_size > 1:
+            for r in world.ranks:
+                for step in range(STEPS):
+                    yield world, r, step, [e.get("op") for e in _step_calls(r, step)]
+
+
+def _reduce_scattered(runs):
+    for world, r, step, ops in _each_step(runs):
+        if "all_reduce" in ops:
+            return (f"{world.label}, step {step}: rank {r.rank} all-reduced during the step: every rank "
+                    "then receives every gradient, and ZeRO-1 needs each rank's own share only "
+                    "(a reduce-scatter sends half as much)")
+        if not any(op in REDUCE_SCATTERS for op in ops):
+            return (f"{world.label}, step {step}: rank {r.rank} made no reduce-scatter during the step "
+                    f"(it called {ops or 'no collective'})")
 
 
 def _all_gathered(runs):
-    for world in runs:
-        if world.world_size == 1:
-            continue
-        for r in world.ranks:
-            for step in range(STEPS):
-                ops = [e.get("op") for e in _step_calls(r, step)]
-                if not any(op in ALL_GATHERS for op in ops):
-                    return (f"{world.label}, step {step}: rank {r.rank} made no all-gather during the step "
-                            f"(it called {ops or 'no collective'}): each rank's updated share reaches the others "
-                            "with one all-gather")
+    for world, r, step, ops in _each_step(runs):
+        if not any(op in ALL_GATHERS for op in ops):
+            return (f"{world.label}, step {step}: rank {r.rank} made no all-gather during the step "
+                    f"(it called {ops or 'no collective'}): each rank's updated share reaches the others "
+                    "with one all-gather")
 
 
 def _work(runs):
