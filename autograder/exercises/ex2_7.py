@@ -60,10 +60,10 @@ class Step:
 
     def __init__(self, events: list[dict], step: int):
         marks = {e["phase"]: k for k, e in enumerate(events) if e.get("kind") == "phase" and e.get("step") == step}
-        start, self.finish, end = (marks.get(p) for p in ("backward", "finish_gradient_synchronization", "step"))
-        self.seen = None not in (start, self.finish, end)
+        start, finish, end = (marks.get(p) for p in ("backward", "finish_gradient_synchronization", "step"))
+        self.seen = None not in (start, finish, end)
         self.events = events[start:end] if self.seen else []
-        self.finish = (self.finish - start) if self.seen else 0
+        self.finish = finish - start if self.seen else 0  # where backward() returned, among self.events
         # the all-reduces the student's code started, with where they stand among the events
         self.reduces = [(k, e) for k, e in enumerate(self.events)
                         if e.get("kind") == "enter" and e.get("call") == "all_reduce" and e.get("caller")]
