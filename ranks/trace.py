@@ -575,7 +575,7 @@ def _wrap_ddp(rec: Recorder):
         def wrapper(self, *args, **kwargs):
             first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
             rec.event("ddp_forward", sync=bool(self.require_backward_grad_sync and torch.is_grad_enabled()),
-                      rows=int(first.shape[0]) if first is not None and first.dim() else None)
+                      rows=int(first.shape[0]) if first is not None and first.dim() else None, inputs=_small(first))
             return original(self, *args, **kwargs)
         return wrapper
 
@@ -588,6 +588,16 @@ def _wrap_ddp(rec: Recorder):
     _patch(rec, DistributedDataParallel, "__init__", init)
     _patch(rec, DistributedDataParallel, "forward", forward)
     DistributedDataParallel.__del__ = at_deletion
+
+
+_INPUT_LIMIT = 4096
+
+
+def _small(t) -> list | None:
+    """A small floating-point input, as numbers (which samples, and what noise, a step was given); else None."""
+    if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.numel() > _INPUT_LIMIT or _is_dtensor(t):
+        return None
+    return t.detach().double().cpu().flatten().tolist()
 
 
 def _norm_layers(module) -> list[dict]:
@@ -724,7 +734,9 @@ def _wrap_optimizer(rec: Recorder):
         depth.n = max(getattr(depth, "n", 1) - 1, 0)
         if depth.n == 0:
             rec.snapshot("optimizer step", optimizer)
-            rec.event("optimizer_step", optimizer=type(optimizer).__name__)
+            lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+            rec.event("optimizer_step", optimizer=type(optimizer).__name__,
+                      lr=float(lr) if isinstance(lr, (int, float)) else None)
             if rec.on_step is not None:
                 rec.on_step()
 

@@ -81,7 +81,8 @@ SHARE = "each rank draws its own share of the data: the launcher's rank and worl
 SETTINGS = "settings from the command line: --epochs, --global-batch (all ranks together) and --out"
 SAME_MODEL = "every launch trains the same model as one process on the same global batches"
 LOADS = "after a restart every rank goes on from the snapshot: its weights, optimizer state and epoch"
-TWICE = "no completed epoch is trained twice: the restart resumes after the last whole snapshot"
+TWICE = "no step a snapshot held is trained again: the restart resumes after the last whole snapshot"
+EVERY_K = "a snapshot after every --snapshot-every steps: a kill loses fewer than that many"
 BIT_FOR_BIT = "after each kill the final weights equal the uninterrupted run's, bit for bit"
 ORDER = "every epoch draws a new order of the data, in every attempt"
 ATOMIC = "a snapshot is written atomically: a kill during the write leaves the last one whole"
@@ -148,6 +149,7 @@ CAUGHT_BY = {
     ("2.7", "wrong_waits_in_the_hook"): {OVERLAP},
     ("2.7", "wrong_waits_on_rank0_for_a_bucket_rank1_never_started"): {RUNS["2.7"]},
     ("2.8", "wrong_all_reduces_at_once"): {NO_COMPUTATION},
+    ("2.8", "wrong_zero_everywhere"): {NO_COMPUTATION, SLOW_COMPUTATION, "the exposed time equals the schedule's on schedules in between"},
     ("2.8", "wrong_one_latency_per_step"): {NO_COMPUTATION},
     ("2.8", "wrong_buckets_in_forward_order"): {SLOW_COMPUTATION},
     ("2.8", "wrong_from_the_start_of_backward"): {SLOW_COMPUTATION},
@@ -159,7 +161,10 @@ CAUGHT_BY = {
                                                  "Adam's there"},
     ("3.7", "wrong_summed_gradients"): {"after every step every rank's parameters equal DDP with Adam"},
     ("3.7", "wrong_no_all_gather"): {"the updated shares reach every rank by an all-gather"},
-    ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns"},
+    ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns", OVERLAP_MEAN},
+    ("2.7", "wrong_never_waits_nor_copies_back"): {"every all-reduce is waited for before finish_gradient_synchronization returns",
+                                                   OVERLAP_MEAN},
+    ("2.7", "wrong_one_all_reduce_after_backward"): {BUCKETS, OVERLAP},
     ("3.0", "wrong_zero1_shards_gradients"): {"Q1: training state per rank under ZeRO stage 1"},
     ("4.0", "wrong_restart_count_as_epoch"): {"Q4: the epoch a restarted job resumes at"},
     ("3.1", "wrong_mean_of_means"): {BN_OUTPUT},
@@ -226,8 +231,12 @@ CAUGHT_BY = {
     ("4.4", "wrong_snapshot_in_place"): {RUNS["4.4"], ATOMIC},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},
     ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
-    ("4.2", "wrong_resume_from_epoch_0"): {TWICE, BIT_FOR_BIT},
-    ("4.2", "wrong_restart_count_as_epoch"): {TWICE, BIT_FOR_BIT},
+    ("4.2", "wrong_no_scheduler_state"): {BIT_FOR_BIT},
+    ("4.2", "wrong_noise_not_restored"): {BIT_FOR_BIT},
+    ("4.2", "wrong_noise_of_rank_0_everywhere"): {BIT_FOR_BIT},
+    ("4.2", "wrong_resume_at_epoch_start"): {TWICE, BIT_FOR_BIT},
+    ("4.2", "wrong_skips_batches_every_epoch"): {BIT_FOR_BIT},
+    ("4.2", "wrong_snapshot_every_epoch"): {EVERY_K},
     ("4.2", "wrong_set_epoch_counts_from_the_resume"): {BIT_FOR_BIT},
     ("4.2", "wrong_every_rank_writes"): {"snapshots written by one rank: global rank 0"},
     ("4.2", "wrong_writer_local_rank"): {"snapshots written by one rank: global rank 0"},
@@ -435,8 +444,21 @@ def test_ddps_own_gradient_all_reduce_is_never_told_as_the_codes():
 
 def test_a_sampler_numbered_from_the_resume_is_told_as_such_not_as_a_resume_at_the_wrong_epoch():
     check = {c.name: c for c in graded("4.2", "wrong_set_epoch_counts_from_the_resume").checks}[BIT_FOR_BIT]
-    assert "took the 16 steps left, but its sampler drew the order of epoch 0" in check.message, check.message
-    assert "go on at the epoch after" not in check.message
+    assert "took the 12 steps left, but its sampler drew the order of epoch 0" in check.message, check.message
+    assert "go on in the epoch" not in check.message
+
+
+@pytest.mark.parametrize("name, cause", [
+    ("wrong_no_scheduler_state", "the learning-rate schedule did not go on where it was"),
+    ("wrong_noise_not_restored", "rank 0's generator did not go on where it was"),
+    ("wrong_noise_of_rank_0_everywhere", "rank 1's generator did not go on where it was"),
+    ("wrong_skips_batches_every_epoch", "the restart did not go on at the snapshot's place in the data"),
+    ("wrong_resume_at_epoch_start", "the restart did not go on at the snapshot's place in the data"),
+    ("wrong_resume_weights_only", "the optimizer's param_groups, which hold the learning rate"),
+])
+def test_a_resume_that_parts_from_the_uninterrupted_run_is_told_by_what_its_step_was_given(name, cause):
+    check = {c.name: c for c in graded("4.2", name).checks}[BIT_FOR_BIT]
+    assert cause in check.message, check.message
 
 
 def test_a_rank_in_a_barrier_while_another_is_in_ddps_backward_is_a_deadlock_told_in_seconds():

@@ -122,7 +122,7 @@ def test_a_deadlock_under_torchrun_is_named_within_seconds(host, tmp_path):
 
 @pytest.mark.parametrize("sandbox", ["auto", "off"])
 def test_a_grader_killed_mid_job_leaves_no_agent_and_no_worker(sandbox, tmp_path):
-    solution = ROOT / "tests" / "submissions" / "ex4_2" / "correct_epoch_snapshots.py"
+    solution = ROOT / "tests" / "submissions" / "ex4_2" / "correct_step_snapshots.py"
     grader = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "4.2", str(solution), "--quiet"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                               env={**os.environ, "AUTOGRADER_SANDBOX": sandbox, "TMPDIR": str(tmp_path)})

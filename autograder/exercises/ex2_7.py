@@ -152,11 +152,11 @@ def _overlaps_backward(runs):
 
 def _overlap_problem(seen: Step) -> str | None:
     during = [(k, e) for k, e in seen.reduces if k < seen.finish]
-    if not during:
-        if len(seen.reduces) > 1:
+    if not during:  # every launch has several buckets, so all but the last have something to overlap
+        if seen.reduces:
             return ("started no all-reduce while backward() ran: they all began after backward() returned, so "
                     "nothing overlapped the computation (start each bucket from a hook on its last gradient)")
-        return None  # no buckets at all: the check of one all-reduce per bucket names that mistake
+        return None  # nothing exchanged at all: the check of one all-reduce per bucket names that mistake
     for k, e in during[:-1]:  # the last bucket has nothing left to overlap
         later = [g for g in seen.ready if g > k]
         if not later:
@@ -186,6 +186,7 @@ def _every_all_reduce_waited(runs):
 def _gradients_averaged(runs):
     seed = runs.params["seed"]
     blocks = parameter_blocks(make_deep_model(0))
+    judged = 0
     for world in runs:
         w = world.world_size
         for step in range(STEPS):
@@ -195,12 +196,16 @@ def _gradients_averaged(runs):
                 return f"{world.label}: the gradients of step {step} were not recorded on every rank"
             if any(Step(r.events, step).unwaited() for r in world.ranks):
                 continue  # read before an all-reduce was waited for: the check of the waits names that
+            judged += 1
             got, local = found
             off = off_the_mean(got, local, blocks, **TOL)
             if off:
                 r, name, part, mean = off
                 return (f"{world.label}, step {step}: after finish_gradient_synchronization rank {r}'s gradient of "
                         f"{name} {how_a_gradient_differs(got[r][part], mean[part], local[r][part], w, STILL_LOCAL)}")
+    if not judged:
+        return ("no step had every all-reduce waited for, so no gradient was ever read once its all-reduce had "
+                "finished: none of what finish_gradient_synchronization left could be judged as the mean")
 
 
 def _work(runs):

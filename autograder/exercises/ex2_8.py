@@ -79,8 +79,8 @@ def _judge(runs, kind: tuple[str, str] | None, what: str) -> str | None:
     wrong = [(k, c) for k, c in judged if not any(_right(answers[k], a) for a in _accepted(c))]
     if not wrong:
         return None
-    if kind is None and any(_judge(runs, limit, "") for limit in LIMITS):
-        return None  # a mistake the limits name, charged there
+    if kind is None and _charged_by_a_limit(answers, wrong, every):
+        return None  # one known mistake explains these answers and a limit's: charged there
     k, case = wrong[0]
     if isinstance(answers[k], str):
         return f"{what}: {answers[k]}"
@@ -92,6 +92,19 @@ def _judge(runs, kind: tuple[str, str] | None, what: str) -> str | None:
 
 
 LIMITS = (("free", "slow"), ("slow", "slow"))
+
+
+def _charged_by_a_limit(answers, wrong, every) -> bool:
+    """Whether the known mistake that explains the wrong answers here also fails a limit's schedules."""
+    meaning = _named_mistake(answers, wrong)
+    if meaning is None:
+        return False
+    for limit in LIMITS:
+        judged = [(k, c) for k, c in every if (c["compute"], c["network"]) == limit]
+        failed = [(k, c) for k, c in judged if not any(_right(answers[k], a) for a in _accepted(c))]
+        if failed and _named_mistake(answers, failed) == meaning:
+            return True
+    return False
 
 
 def _free_computation(runs):

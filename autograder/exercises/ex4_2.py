@@ -1,12 +1,17 @@
-"""Exercise 4.2: survive a killed worker, with snapshots and a resume, under the real torchrun.
+"""Exercise 4.2: survive a worker killed at any step, with step-level snapshots, under the real torchrun.
 
-The student adds to 4.1's script a snapshot (model, optimizer, epoch) written by rank 0 at the end of
-every epoch, and a resume from it when the job starts. The grader runs the script three times under
-``torchrun --max-restarts=2`` with two processes: never interrupted; with rank 1 killed (SIGKILL)
-in the middle of epoch 2; and with rank 0 killed while it writes its second file; and once more as
-two agents of one job, one process each, as on two machines (a writer chosen by LOCAL_RANK shows
-there only). Each killed job must finish after torchrun restarts it, with weights equal to the
-uninterrupted run's bit for bit, and without training again an epoch that a snapshot already held.
+The student adds to 4.1's script, which now has a learning-rate schedule and random noise from a generator
+of each rank's own, a snapshot written by rank 0 every ``--snapshot-every`` optimizer steps (whatever the
+next step depends on) and a resume from it in the middle of an epoch. The grader runs the script three
+times under ``torchrun --max-restarts=2`` with two processes: never interrupted; with rank 1 killed
+(SIGKILL) after step 23, three steps past a snapshot, in the middle of epoch 2; and with rank 0 killed
+while it writes its second file; and once more as two agents of one job, one process each, as on two
+machines (a writer chosen by LOCAL_RANK shows there only). Each killed job must finish after torchrun
+restarts it, with weights equal to the uninterrupted run's bit for bit, and without training again a step
+that a snapshot already held. Where the weights part, the report says whether the restarted step drew
+other samples, other noise, another learning rate, or stepped from another optimizer state.
+
+4.4 judges its planted script, which snapshots every epoch, by these checks and its own jobs.
 """
 
 from __future__ import annotations
@@ -18,28 +23,31 @@ import torch
 from autograder import jobs
 from autograder.checks import FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
-from ddpcourse import TinyNet
+from ddpcourse import TinyNet, toy_dataset
 
-N, EPOCHS, GLOBAL_BATCH, LR, OUT, SNAPSHOT = 96, 4, 12, 0.05, "trained.pt", "snapshot.pt"
+N, EPOCHS, GLOBAL_BATCH, LR, OUT, SNAPSHOT, EVERY = 96, 4, 12, 0.05, "trained.pt", "snapshot.pt", 5
 STEPS_PER_EPOCH = N // GLOBAL_BATCH
 STEPS = EPOCHS * STEPS_PER_EPOCH
 ARGS = ("--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--out", OUT,
         "--snapshot", SNAPSHOT)
-KILLED_IN_EPOCH = {"rank": 1, "attempt": 0, "when": "step", "n": 2 * STEPS_PER_EPOCH + 3}
+KILLED_AT_STEP = {"rank": 1, "attempt": 0, "when": "step", "n": 4 * EVERY + 3}
 KILLED_WRITING = {"rank": 0, "attempt": 0, "when": "save", "n": 2}
+NEVER = "torchrun, 2 processes, never interrupted"
 # Every job's workers ask the rank host before going on after each step and save (ranks/faults.py), the
 # never interrupted one's too: no worker can tell from its own process which job it is in.
 JOBS = (
-    jobs.standalone(2, ARGS, restarts=2, name="torchrun, 2 processes, never interrupted", planted=True),
-    jobs.standalone(2, ARGS, restarts=2, fault=KILLED_IN_EPOCH, name="torchrun, 2 processes, rank 1 killed in epoch 2"),
-    jobs.standalone(2, ARGS, restarts=2, fault=KILLED_WRITING,
+    jobs.standalone(2, (*ARGS, "--snapshot-every", str(EVERY)), restarts=2, name=NEVER, planted=True),
+    jobs.standalone(2, (*ARGS, "--snapshot-every", str(EVERY)), restarts=2, fault=KILLED_AT_STEP,
+                    name=f"torchrun, 2 processes, rank 1 killed after step {KILLED_AT_STEP['n']}"),
+    jobs.standalone(2, (*ARGS, "--snapshot-every", str(EVERY)), restarts=2, fault=KILLED_WRITING,
                     name="torchrun, 2 processes, rank 0 killed while writing its 2nd file"),
 )
 
 
 def two_machines() -> jobs.Job:
     """The job on two machines, on a rendezvous of its own each grading: a writer chosen by LOCAL_RANK shows."""
-    return jobs.machines(2, 1, ARGS, restarts=2, planted=True, name="torchrun, 2 machines of 1 process, never interrupted")
+    return jobs.machines(2, 1, (*ARGS, "--snapshot-every", str(EVERY)), restarts=2, planted=True,
+                         name="torchrun, 2 machines of 1 process, never interrupted")
 
 
 def steps(r) -> list[torch.Tensor]:
@@ -52,12 +60,21 @@ def sampler_epochs(r) -> list:
     return [e.get("epoch") for e in r.of("sampler_iter")]
 
 
+def planned(world) -> dict | None:
+    """The kill this job planned, if any (its name says where)."""
+    return getattr(world.plan, "fault", None)
+
+
 def uninterrupted(runs):
-    return next((w for w in runs if not w.job.endswith(("epoch 2", "2nd file"))), None)
+    return next((w for w in runs if planned(w) is None), None)
 
 
 def killed(runs):
-    return [w for w in runs if w.job.endswith(("epoch 2", "2nd file"))]
+    return [w for w in runs if planned(w) is not None]
+
+
+def while_writing(world) -> bool:
+    return (planned(world) or {}).get("when") == "save"
 
 
 def fault(world) -> dict | None:
@@ -71,17 +88,18 @@ def _work(runs):
     saved = [e for w in runs for a in w.attempts for r in a for e in r.of("save")
              if Path(str(e.get("path"))).name != OUT]
     if not saved:
-        return (f"no snapshot was ever written: only {OUT}. This is the script as given; write a snapshot at the "
-                "end of every epoch, and resume from it when the job starts")
+        return (f"no snapshot was ever written: only {OUT}. This is the script as given; write a snapshot as the "
+                "exercise says, and resume from it when the job starts")
 
 
 def _restarted(runs):
     for world in killed(runs):
         if fault(world) is None:
-            what = ("rank 0 never wrote a 2nd file" if world.job.endswith("2nd file") else
-                    f"rank 1 never took step {KILLED_IN_EPOCH['n']}")
-            return (f"{world.label}: the grader had nothing to interrupt: {what}. Write a snapshot at the end of "
-                    "every epoch (rank 0), and train every epoch")
+            plan = planned(world)
+            what = (f"rank 0 never wrote a file {plan['n']} times" if while_writing(world) else
+                    f"rank {plan['rank']} never took step {plan['n']}")
+            return (f"{world.label}: the grader had nothing to interrupt: {what}. Write the snapshots as the "
+                    "exercise says (rank 0), and train every step")
         if len(world.attempts) < 2:
             return f"{world.label}: torchrun did not start the workers again after the kill"
         counts = {(r.first("worker") or {}).get("env", {}).get("TORCHELASTIC_RESTART_COUNT") for r in world.attempts[1]}
@@ -100,7 +118,13 @@ def _snapshot(runs) -> tuple[dict | None, str | None]:
     return found, None
 
 
-def _snapshot_holds_model_optimizer_epoch(runs):
+def snapshot_points(r) -> list[int]:
+    """After how many of a rank's optimizer steps each whole snapshot was put in place, in order."""
+    steps_at = sorted(e["seq"] for e in r.of("optimizer_step"))
+    return [sum(1 for s in steps_at if s < seq) for seq in _snapshot_in_place(r)]
+
+
+def _snapshot_holds_model_optimizer_position(runs):
     held, problem = _snapshot(runs)
     if problem:
         return problem
@@ -117,16 +141,35 @@ def _snapshot_holds_model_optimizer_epoch(runs):
         return (f"{SNAPSHOT} holds no optimizer state (SGD's momentum buffers): save optimizer.state_dict() too, or a "
                 "resumed run steps differently from an uninterrupted one")
     if not any(isinstance(v, int) and not isinstance(v, bool) for k, v in values.items() if _not_optimizer(k)):
-        return f"{SNAPSHOT} holds no epoch number: save the epoch it finished, to resume after it"
-    final = uninterrupted(runs).ranks[0].final_params()
+        return f"{SNAPSHOT} holds no number of where the run is: save the step (or epoch) it was taken after"
+    base = uninterrupted(runs)
+    want, points = steps(base.ranks[0]), snapshot_points(base.ranks[0])
     saved = torch.cat([torch.from_numpy(arrays[names[n]]).flatten() for n, _ in model.named_parameters()])
-    if final is None or saved.shape != final.shape or not torch.equal(saved, final):
-        return f"the last {SNAPSHOT} does not hold the weights after the last epoch: write it at the end of every epoch"
+    last = points[-1] if points else 0
+    if not 0 < last <= len(want) or saved.shape != want[last - 1].shape or not torch.equal(saved, want[last - 1]):
+        return (f"the last {SNAPSHOT} does not hold the weights of the step it was written after (step {last}): "
+                "write it after the optimizer step, from the model being trained")
 
 
 def _not_optimizer(key: str) -> bool:
     """A key outside an optimizer's state dict (whose param_groups hold integers of their own)."""
     return ".param_groups." not in key and ".state." not in key
+
+
+def _every_k_steps(runs):
+    """Observed where rank 0 put whole snapshots in place in the uninterrupted run: after every EVERY-th step."""
+    base = uninterrupted(runs)
+    if base is None or not base.ranks:
+        return None
+    points = snapshot_points(base.ranks[0])
+    due = list(range(EVERY, STEPS + 1, EVERY))
+    missing = [n for n in due if n not in points]
+    if missing:
+        seen = f"after steps {points}" if points else "none"
+        return (f"{base.label}: with --snapshot-every {EVERY}, a snapshot is due after steps {due}; rank 0 put "
+                f"whole ones in place {seen}, none after step {missing[0]}: a kill then loses more than "
+                f"{EVERY - 1} steps{FIX}count optimizer steps across epochs, and snapshot when the count is a "
+                "multiple of --snapshot-every")
 
 
 def _one_writer(runs):
@@ -139,10 +182,11 @@ def _one_writer(runs):
 
 
 def _atomic(runs):
-    world = next((w for w in runs if w.job.endswith("2nd file")), None)
+    world = next((w for w in runs if while_writing(w)), None)
     event = fault(world) if world else None
     if event is None:
-        return f"{world.label}: rank 0 never wrote a 2nd file, so no write could be interrupted" if world else None
+        n = planned(world)["n"] if world else 0
+        return f"{world.label}: rank 0 never wrote a file {n} times, so no write could be interrupted" if world else None
     path = event.get("path")
     target = str(world.workdir / "run" / SNAPSHOT)
     if path == target:
@@ -157,10 +201,11 @@ def _atomic(runs):
 
 def _goes_on_from_the_snapshot(runs):
     """Observed in the restarted ranks' state, however it got there (every rank loading the file, or rank 0
-    loading it and sending it on): rank 0 starts from the snapshot's weights, and every rank goes on at its
+    loading it and sending it on): rank 0 starts from a snapshot's weights, and every rank goes on at its
     epoch and with its optimizer state (a rank stepping from other momentum leaves rank 0's weights)."""
     base = uninterrupted(runs)
     want = steps(base.ranks[0]) if base and base.ranks else []
+    held = [want[n - 1] for n in snapshot_points(base.ranks[0]) if 0 < n <= len(want)] if want else []
     for world in killed(runs):
         start = _resume_point(world)
         if not start or len(want) < start:
@@ -170,9 +215,8 @@ def _goes_on_from_the_snapshot(runs):
             if 0 not in ranks:
                 continue
             first = next((v for label, v in ranks[0].snapshots if label.startswith("epoch")), None)
-            # which snapshot is charged by the check on epochs trained twice: here, that it is one
-            snapshots = [want[n - 1] for n in range(STEPS_PER_EPOCH, len(want) + 1, STEPS_PER_EPOCH)]
-            if first is not None and not any(torch.equal(first, w) for w in snapshots):
+            # which snapshot is charged by the check on steps trained twice: here, that it is one
+            if first is not None and not any(torch.equal(first, w) for w in held):
                 return (f"{world.label}, attempt {k}: rank 0 began training from weights that no snapshot held "
                         f"(the last one before the kill held the weights after step {start}){FIX}load the "
                         "snapshot when the job starts")
@@ -240,21 +284,16 @@ def _snapshot_in_place(r) -> list[int]:
 
 
 def _resume_point(world) -> int | None:
-    """Steps the restart must not take again: the epochs completed before a kill in an epoch; the steps
-    before the last file written whole, for a kill during a write."""
+    """Steps the restart must not take again: rank 0's steps before the last snapshot it put in place, whole,
+    before the kill (observed, whatever the snapshots' schedule)."""
     first = {r.rank: r for r in world.attempts[0]} if world.attempts else {}
     if 0 not in first:
         return None
-    rank0 = first[0]
-    if world.job.endswith("2nd file"):
-        done = _snapshot_in_place(rank0)
-        if not done:
-            return 0
-        return sum(1 for e in rank0.of("optimizer_step") if e["seq"] < done[-1])
-    return len(rank0.of("optimizer_step")) // STEPS_PER_EPOCH * STEPS_PER_EPOCH
+    points = snapshot_points(first[0])
+    return points[-1] if points else 0
 
 
-def _no_epoch_trained_twice(runs):
+def _no_step_trained_twice(runs):
     for world in killed(runs):
         if len(world.attempts) < 2:
             continue  # no restart: told by the restart check
@@ -264,19 +303,18 @@ def _no_epoch_trained_twice(runs):
             continue
         again = taken - (STEPS - start)
         if taken == STEPS:
-            return (f"{world.label}: after the restart rank 0 took all {STEPS} steps again, from the start: "
-                    f"{start // STEPS_PER_EPOCH} completed epoch(s) were trained twice{FIX}resume from the "
-                    "snapshot: the weights, the optimizer, and the epoch to go on from")
+            return (f"{world.label}: after the restart rank 0 took all {STEPS} steps again, from the start: the "
+                    f"{start} steps the last snapshot held were trained twice{FIX}resume from the snapshot: the "
+                    "weights, the optimizer, and where the run was")
         return (f"{world.label}: after the restart rank 0 took {taken} steps; the last snapshot before the kill "
                 f"held step {start} of {STEPS}, so {STEPS - start} were left: {again} step(s) were trained twice"
-                f"{FIX}resume at the epoch after the one the snapshot holds")
+                f"{FIX}go on at the step after the one the snapshot holds, in the middle of its epoch if need be")
 
 
 def _bit_for_bit(runs):
     base = uninterrupted(runs)
     if base is None:
         return None
-    want = steps(base.ranks[0])
     for world in killed(runs):
         got = world.ranks[0].final_params()
         final = base.ranks[0].final_params()
@@ -286,12 +324,12 @@ def _bit_for_bit(runs):
             continue
         gap = (got - final).abs().max().item()
         return f"{world.label}: the final weights differ from the uninterrupted run's by up to {gap:.3g}. " + \
-            _where_it_went_wrong(world, want, sampler_epochs(base.ranks[0]))
+            _where_it_went_wrong(world, base)
 
 
-def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:
-    """Why a resumed run left the uninterrupted one: at the restart, or at its first step after.
-    ``drawn``: the sampler epochs the uninterrupted run's rank 0 went through, in order."""
+def _where_it_went_wrong(world, base) -> str:
+    """Why a resumed run left the uninterrupted one: at the restart, or at its first step after."""
+    want = steps(base.ranks[0])
     start = next((v for label, v in world.ranks[0].snapshots if label.startswith("epoch")), None)
     after = steps(world.ranks[0])
     initial = world.ranks[0].snapshots[0][1] if world.ranks[0].snapshots else None
@@ -304,27 +342,113 @@ def _where_it_went_wrong(world, want: list[torch.Tensor], drawn: list) -> str:
         return ("The restart began from weights the uninterrupted run never had"
                 f"{FIX}load the snapshot's model state into the model before training.")
     step = held[-1]
-    if step < len(want) and after and not torch.equal(after[0], want[step]):
-        epoch = next((e.get("epoch") for e in world.ranks[0].of("sampler_iter")), None)
-        due = step // STEPS_PER_EPOCH
-        expected = drawn[due] if due < len(drawn) else due
-        if epoch != expected and len(after) == len(want) - step:  # the loop went on where it should
-            return (f"The restart began from the weights after step {step} and took the {len(after)} steps left, "
-                    f"but its sampler drew the order of epoch {epoch} where the uninterrupted run drew epoch "
-                    f"{expected}'s{FIX}set_epoch with the epoch the loop is at, in every attempt.")
-        if epoch != expected:
-            return (f"The restart began from the weights after step {step}, the end of epoch "
-                    f"{step // STEPS_PER_EPOCH - 1}, but then trained epoch {epoch}'s batches{FIX}go on at the "
-                    "epoch after the one the snapshot holds.")
-        return (f"The restart began from the weights after step {step}, as it should, but its first step differs "
-                f"from the uninterrupted run's step {step + 1}: the optimizer's state (momentum) was not restored"
-                f"{FIX}load optimizer.state_dict() from the snapshot too.")
+    apart = next((k for k, (a, b) in enumerate(zip(after, want[step:])) if not torch.equal(a, b)), None)
+    if apart is not None:
+        return _step_differs(world, base, step, apart, len(after))
     return f"The restart began from the weights after step {step}, then trained other steps than the uninterrupted run."
 
 
+def _step_differs(world, base, step: int, k: int, taken: int) -> str:
+    """The restart began from the weights after ``step`` and its ``k``-th step (from 0) left the uninterrupted
+    run's: in what that step was given (the epoch's order, the samples, their noise, the learning rate) or
+    else, at the first step, the optimizer's state."""
+    which = "first step" if k == 0 else f"step {step + k + 1} ({k + 1} steps after the restart)"
+    began = f"The restart began from the weights after step {step}, as it should, but its {which} "
+    epoch = next((e.get("epoch") for e in world.ranks[0].of("sampler_iter")), None)
+    drawn = sampler_epochs(base.ranks[0])
+    due = step // STEPS_PER_EPOCH
+    expected = drawn[due] if due < len(drawn) else due
+    if epoch != expected and taken == STEPS - step:  # the loop went on where it should
+        return (f"The restart began from the weights after step {step} and took the {taken} steps left, but its "
+                f"sampler drew the order of epoch {epoch} where the uninterrupted run drew epoch {expected}'s"
+                f"{FIX}set_epoch with the epoch the loop is at, in every attempt.")
+    if epoch != expected:
+        return (f"The restart began from the weights after step {step}, in epoch {due}, but then trained epoch "
+                f"{epoch}'s batches{FIX}go on in the epoch of the step the snapshot holds.")
+    fed = _what_differs(world, base, step, k)
+    if fed:
+        return began + fed
+    lr, lr_then = _lr(world.ranks[0], k), _lr(base.ranks[0], step + k)
+    if lr is not None and lr_then is not None and lr != lr_then:
+        told = f"stepped with learning rate {lr:.6g} where the uninterrupted run's step {step + k + 1} used {lr_then:.6g}"
+        if k == 0:  # the learning rate a step uses is the optimizer's: the scheduler only changes it after
+            return (began + f"{told}: the optimizer's param_groups, which hold the learning rate the schedule had "
+                    f"reached, were not restored{FIX}load optimizer.state_dict() from the snapshot (and the "
+                    "scheduler's state, for the steps after).")
+        return (began + f"{told}: the learning-rate schedule did not go on where it was{FIX}keep the scheduler's "
+                "state_dict() in the snapshot, and load it on resume.")
+    if k:
+        return began + "differs from the uninterrupted run's, on the same samples with the same noise and learning rate."
+    return (began + f"differs from the uninterrupted run's step {step + 1}, on the same samples with the same noise "
+            f"and learning rate: the optimizer's state (momentum) was not restored{FIX}load optimizer.state_dict() "
+            "from the snapshot too.")
+
+
+def _inputs(r) -> list[list[float] | None]:
+    """What a rank's model was given in each training step, as numbers (None where too large to record)."""
+    return [e.get("inputs") for e in r.of("ddp_forward") if e.get("sync")]
+
+
+def _lr(r, k: int) -> float | None:
+    lrs = [e.get("lr") for e in r.of("optimizer_step")]
+    return lrs[k] if k < len(lrs) else None
+
+
+def _what_differs(world, base, step: int, k: int) -> str | None:
+    """Whether a rank's ``k``-th step after the restart was given other samples, or the same samples with other
+    noise, than the uninterrupted run's rank at step ``step + k + 1``: the samples are told by the dataset row
+    nearest each input row."""
+    before = {r.rank: r for r in base.ranks}
+    n = step + k
+    for r in world.ranks:
+        now, then = _inputs(r), _inputs(before[r.rank]) if r.rank in before else []
+        if k >= len(now) or n >= len(then) or now[k] is None or then[n] is None or now[k] == then[n]:
+            continue
+        got, wanted = _samples(now[k]), _samples(then[n])
+        if got != wanted:
+            return (f"trained rank {r.rank} on samples {got} where the uninterrupted run's step {n + 1} trained "
+                    f"it on {wanted}: the restart did not go on at the snapshot's place in the data{FIX}skip, in the "
+                    "snapshot's epoch only, the batches its step had already trained.")
+        return (f"gave rank {r.rank} the samples of the uninterrupted run's step {n + 1} with other random noise: "
+                f"rank {r.rank}'s generator did not go on where it was{FIX}keep every rank's generator state in the "
+                "snapshot (rank 0 gathers them), and restore each rank's own on resume.")
+    return None
+
+
+def _samples(values: list[float]) -> list[int]:
+    features = toy_dataset(n=N, seed=0).tensors[0].double()
+    rows = torch.tensor(values, dtype=torch.float64).reshape(-1, features.shape[1])
+    return torch.cdist(rows, features).argmin(dim=1).tolist()
+
+
+CHECKS = [
+    runs_to_the_end("every job finishes: never interrupted, and after each kill", 3),
+    Check("after each kill torchrun restarted the workers (TORCHELASTIC_RESTART_COUNT 1)", 1, _restarted,
+          needs="partial", hint="torchrun --max-restarts restarts the whole group; the script only has to resume"),
+    Check("the snapshot holds the model, the optimizer's state and where the run is", 2,
+          _snapshot_holds_model_optimizer_position,
+          hint='torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, ...}, ...)'),
+    Check("snapshots written by one rank: global rank 0", 1, _one_writer, needs="partial",
+          hint="if rank == 0: save the snapshot"),
+    Check("a snapshot is written atomically: a kill during the write leaves the last one whole", 2, _atomic,
+          needs="partial", hint="torch.save(state, path + '.tmp'); os.replace(path + '.tmp', path)"),
+    Check("after a restart every rank goes on from the snapshot: its weights, optimizer state and epoch", 1,
+          _goes_on_from_the_snapshot,
+          hint="if os.path.exists(args.snapshot): every rank torch.load()s it and restores model and optimizer"),
+    Check("every rank reads a snapshot only once rank 0 has finished writing it", 1, _reads_after_the_write,
+          needs="partial", hint="if rank == 0: save the snapshot; then dist.barrier() before any rank reads it"),
+    Check("no step a snapshot held is trained again: the restart resumes after the last whole snapshot", 3,
+          _no_step_trained_twice, hint="go on at the snapshot's step: its epoch, and the batches of it left"),
+    Check("after each kill the final weights equal the uninterrupted run's, bit for bit", 3, _bit_for_bit,
+          needs="all",  # a killed job that never finished has no final weights: nothing else can stand for them
+          hint="restore everything the next step depends on: weights, optimizer, schedule, generators, position"),
+]
+EVERY_K = Check("a snapshot after every --snapshot-every steps: a kill loses fewer than that many", 2,
+                _every_k_steps, hint="a step counter across epochs; snapshot when step % args.snapshot_every == 0")
+
 EXERCISE = Exercise(
     id="4.2",
-    title="survive a killed worker: snapshots and resume",
+    title="survive a worker killed at any step: step-level snapshots and resume",
     kind="script",
     jobs=JOBS,
     jobs_of=lambda code: (*JOBS, two_machines()),
@@ -332,26 +456,5 @@ EXERCISE = Exercise(
     timeout=60.0,
     warm_imports=jobs.WARM_IMPORTS,
     work=_work,
-    checks=[
-        runs_to_the_end("every job finishes: never interrupted, and after each kill", 3),
-        Check("after each kill torchrun restarted the workers (TORCHELASTIC_RESTART_COUNT 1)", 1, _restarted,
-              needs="partial", hint="torchrun --max-restarts restarts the whole group; the script only has to resume"),
-        Check("the snapshot holds the model, the optimizer's state and the epoch", 2,
-              _snapshot_holds_model_optimizer_epoch,
-              hint='torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, ...)'),
-        Check("snapshots written by one rank: global rank 0", 1, _one_writer, needs="partial",
-              hint="if rank == 0: save the snapshot"),
-        Check("a snapshot is written atomically: a kill during the write leaves the last one whole", 2, _atomic,
-              needs="partial", hint="torch.save(state, path + '.tmp'); os.replace(path + '.tmp', path)"),
-        Check("after a restart every rank goes on from the snapshot: its weights, optimizer state and epoch", 1,
-              _goes_on_from_the_snapshot,
-              hint="if os.path.exists(args.snapshot): every rank torch.load()s it and restores model and optimizer"),
-        Check("every rank reads a snapshot only once rank 0 has finished writing it", 1, _reads_after_the_write,
-              needs="partial", hint="if rank == 0: save the snapshot; then dist.barrier() before any rank reads it"),
-        Check("no completed epoch is trained twice: the restart resumes after the last whole snapshot", 3,
-              _no_epoch_trained_twice, hint="for epoch in range(snapshot['epoch'] + 1, args.epochs)"),
-        Check("after each kill the final weights equal the uninterrupted run's, bit for bit", 3, _bit_for_bit,
-              needs="all",  # a killed job that never finished has no final weights: nothing else can stand for them
-              hint="restore the model, the optimizer and the epoch; set_epoch(epoch) keeps the data order"),
-    ],
+    checks=[*CHECKS[:3], EVERY_K, *CHECKS[3:]],
 )

@@ -1,8 +1,9 @@
 """Exercise 4.4: find and fix four planted bugs in a training script that must survive a killed worker.
 
-The script handed out has 4.2's contract (snapshots, resume, the same four torchrun jobs) and four
-mistakes of the kinds lessons 2-4 taught. 4.2's checks judge it, with one more for the data order,
-and without their hints: each failing check names the symptom of a bug that is left, never its line.
+The script handed out has 4.2's contract with a snapshot at the end of every epoch (resume, torchrun jobs
+like 4.2's, killed in the middle of an epoch and while writing) and four mistakes of the kinds lessons 2-4
+taught. 4.2's checks judge it, with one more for the data order, and without their hints: each failing
+check names the symptom of a bug that is left, never its line.
 The report opens with how many of the four are fixed.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from autograder import jobs
 from autograder.checks import Check, symptom
 from autograder.exercises import ex4_2
 
@@ -17,6 +19,21 @@ ORDER = "every epoch draws a new order of the data, in every attempt"
 WRITER = "snapshots written by one rank: global rank 0"
 ATOMIC = "a snapshot is written atomically: a kill during the write leaves the last one whole"
 SAME = "after each kill the final weights equal the uninterrupted run's, bit for bit"
+
+
+KILLED_IN_EPOCH = {"rank": 1, "attempt": 0, "when": "step", "n": 2 * ex4_2.STEPS_PER_EPOCH + 3}
+KILLED_WRITING = {"rank": 0, "attempt": 0, "when": "save", "n": 2}
+JOBS = (
+    jobs.standalone(2, ex4_2.ARGS, restarts=2, name=ex4_2.NEVER, planted=True),
+    jobs.standalone(2, ex4_2.ARGS, restarts=2, fault=KILLED_IN_EPOCH, name="torchrun, 2 processes, rank 1 killed in epoch 2"),
+    jobs.standalone(2, ex4_2.ARGS, restarts=2, fault=KILLED_WRITING,
+                    name="torchrun, 2 processes, rank 0 killed while writing its 2nd file"),
+)
+
+
+def two_machines() -> jobs.Job:
+    return jobs.machines(2, 1, ex4_2.ARGS, restarts=2, planted=True,
+                         name="torchrun, 2 machines of 1 process, never interrupted")
 
 
 def _order_changes_every_epoch(runs):
@@ -41,7 +58,9 @@ def _quiet(check: Check) -> Check:
 
 EXERCISE = dataclasses.replace(
     ex4_2.EXERCISE, id="4.4", title="find and fix: a job that must survive a killed worker",
-    checks=[*map(_quiet, ex4_2.EXERCISE.checks), Check(ORDER, 2, _order_changes_every_epoch)],
+    jobs=JOBS,
+    jobs_of=lambda code: (*JOBS, two_machines()),
+    checks=[*map(_quiet, ex4_2.CHECKS), Check(ORDER, 2, _order_changes_every_epoch)],
     # Each planted bug, by the checks its symptom fails: a bug is fixed when all of them pass.
     planted=((WRITER,), (SAME,), (ORDER,), (ATOMIC,)),
 )

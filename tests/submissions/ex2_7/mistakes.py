@@ -4,6 +4,22 @@ BASE = "correct_hooks.py"
 START = "            self.in_flight.append((k, flat, dist.all_reduce(flat, async_op=True)))\n"
 
 MISTAKES = {
+    "wrong_one_all_reduce_after_backward": (
+        "registers no hook: one blocking all-reduce of every gradient, after backward",
+        [(START, "            pass\n"),
+         ("        for k, flat, handle in self.in_flight:\n            handle.wait()\n",
+          "        flat = torch.cat([q.grad.flatten() for q in self.module.parameters()])\n"
+          "        dist.all_reduce(flat)\n"
+          "        self.in_flight = [(k, flat, None)] if False else []\n"
+          "        start = 0\n"
+          "        for q in self.module.parameters():\n"
+          "            q.grad.copy_(flat[start:start + q.numel()].view_as(q.grad) / world_size)\n"
+          "            start += q.numel()\n"
+          "        for k, flat, handle in self.in_flight:\n")]),
+    "wrong_never_waits_nor_copies_back": (
+        "starts each bucket's all-reduce in the hook, then drops the handles: no wait, nothing copied back",
+        [("        for k, flat, handle in self.in_flight:\n            handle.wait()\n",
+          "        for k, flat, handle in []:\n")]),
     "wrong_waits_for_all_gradients": (
         "queues each bucket when it is ready but all-reduces them all in finish_gradient_synchronization",
         [(START, "            self.in_flight.append((k, flat, None))\n"),

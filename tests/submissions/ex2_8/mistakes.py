@@ -3,6 +3,9 @@
 BASE = "correct_schedule.py"
 
 MISTAKES = {
+    "wrong_zero_everywhere": (
+        "returns 0.0 for every schedule: nothing exposed, ever",
+        [("def exposed_communication(", "def exposed_communication(*args, **kwargs):\n    return 0.0\n\n\ndef _unused(")]),
     "wrong_all_reduces_at_once": (
         "lets every bucket's all-reduce start as soon as it is ready, as if they ran side by side",
         [("        start = max(max(ready[i] for i in bucket), network_free)\n",

@@ -1,4 +1,5 @@
-"""A small trainer in the style of PyTorch's multinode tutorial: snapshots hold MODEL_STATE, OPTIMIZER_STATE, EPOCHS_RUN."""
+"""A small trainer in the style of PyTorch's multinode tutorial, at step granularity: the snapshot holds
+MODEL_STATE, OPTIMIZER_STATE, SCHEDULER_STATE, STEPS_RUN and every rank's generator, gathered as tensors."""
 import argparse
 import os
 from pathlib import Path
@@ -25,7 +26,9 @@ class Trainer:
         self.loader = DataLoader(self.data, batch_size=args.global_batch // self.world_size, sampler=self.sampler)
         self.model = make_model(seed=0)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr, momentum=0.9)
-        self.epochs_run = 0
+        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=args.epochs * len(self.loader))
+        self.noise = torch.Generator().manual_seed(1000 + self.rank)
+        self.steps_run = 0
         self.snapshot = Path(args.snapshot)
         if self.snapshot.exists():
             self._load_snapshot()
@@ -35,25 +38,44 @@ class Trainer:
         state = torch.load(self.snapshot, map_location="cpu")
         self.model.load_state_dict(state["MODEL_STATE"])
         self.optimizer.load_state_dict(state["OPTIMIZER_STATE"])
-        self.epochs_run = state["EPOCHS_RUN"]
+        self.scheduler.load_state_dict(state["SCHEDULER_STATE"])
+        self.noise.set_state(state["GENERATORS"][self.rank].clone())  # a row of its own: set_state reads from offset 0
+        self.steps_run = state["STEPS_RUN"]
 
-    def _save_snapshot(self, epochs_run):
-        tmp = self.snapshot.with_name(self.snapshot.name + ".partial")
-        torch.save({"MODEL_STATE": self.model.state_dict(), "OPTIMIZER_STATE": self.optimizer.state_dict(),
-                    "EPOCHS_RUN": epochs_run}, tmp)
-        os.replace(tmp, self.snapshot)
+    def _generators(self):
+        mine = self.noise.get_state()
+        if not self.distributed:
+            return mine.unsqueeze(0)
+        every = torch.empty(self.world_size * mine.numel(), dtype=mine.dtype)
+        dist.all_gather_into_tensor(every, mine)
+        return every.view(self.world_size, -1)
+
+    def _save_snapshot(self):
+        generators = self._generators()  # every rank takes part; rank 0 alone writes
+        if self.rank == 0:
+            tmp = self.snapshot.with_name(self.snapshot.name + ".partial")
+            torch.save({"MODEL_STATE": self.model.state_dict(), "OPTIMIZER_STATE": self.optimizer.state_dict(),
+                        "SCHEDULER_STATE": self.scheduler.state_dict(), "GENERATORS": generators,
+                        "STEPS_RUN": self.steps_run}, tmp)
+            os.replace(tmp, self.snapshot)
+        if self.distributed:
+            dist.barrier()
 
     def train(self):
-        for epoch in range(self.epochs_run, self.args.epochs):
+        per_epoch = len(self.loader)
+        for epoch in range(self.steps_run // per_epoch, self.args.epochs):
             self.sampler.set_epoch(epoch)
-            for x, y in self.loader:
+            for i, (x, y) in enumerate(self.loader):
+                if epoch * per_epoch + i < self.steps_run:
+                    continue  # trained before the snapshot
+                x = x + 0.05 * torch.randn(x.shape, generator=self.noise)
                 self.optimizer.zero_grad()
                 F.cross_entropy(self.ddp(x), y).backward()
                 self.optimizer.step()
-            if self.rank == 0:
-                self._save_snapshot(epoch + 1)
-            if self.distributed:
-                dist.barrier()
+                self.scheduler.step()
+                self.steps_run += 1
+                if self.steps_run % self.args.snapshot_every == 0:
+                    self._save_snapshot()
         if self.rank == 0:
             torch.save(self.model.state_dict(), self.args.out)
 
@@ -66,7 +88,8 @@ class Trainer:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     for flag, kind, default in (("--epochs", int, 2), ("--global-batch", int, 16), ("--lr", float, 0.1),
-                                ("--out", str, "weights.pt"), ("--snapshot", str, "snapshot.pt")):
+                                ("--out", str, "weights.pt"), ("--snapshot", str, "snapshot.pt"),
+                                ("--snapshot-every", int, 10)):
         parser.add_argument(flag, type=kind, default=default)
     trainer = Trainer(parser.parse_args())
     trainer.train()

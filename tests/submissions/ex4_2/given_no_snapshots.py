@@ -19,6 +19,7 @@ def main():
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--out", default="weights.pt")
     parser.add_argument("--snapshot", default="snapshot.pt", help="where the job keeps its snapshot")
+    parser.add_argument("--snapshot-every", type=int, default=10, help="optimizer steps between snapshots")
     args = parser.parse_args()
 
     # Under torchrun these are set, and this process is one rank of a job; without, it is a job of one.
@@ -37,14 +38,19 @@ def main():
     loader = DataLoader(dataset, batch_size=args.global_batch // world_size, sampler=sampler)
     model = make_model(seed=0).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    # The learning rate falls along a cosine over the whole run, one scheduler step per optimizer step.
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * len(loader))
+    noise = torch.Generator().manual_seed(1000 + rank)  # each rank's own random noise on its inputs
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if distributed else model
 
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
+            x = x + 0.05 * torch.randn(x.shape, generator=noise)
             optimizer.zero_grad()
             F.cross_entropy(ddp_model(x.to(device)), y.to(device)).backward()
             optimizer.step()
+            scheduler.step()
 
     if rank == 0:
         torch.save({name: t.cpu() for name, t in model.state_dict().items()}, args.out)
