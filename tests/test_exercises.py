@@ -159,6 +159,8 @@ CAUGHT_BY = {
                                                  "not all-reduced"},
     ("3.7", "wrong_moments_for_every_element"): {"each rank keeps Adam's moments for its own share only, equal to full "
                                                  "Adam's there"},
+    ("3.7", "wrong_full_adam_on_every_rank"): {"each rank keeps Adam's moments for its own share only, equal to full "
+                                               "Adam's there"},
     ("3.7", "wrong_summed_gradients"): {"after every step every rank's parameters equal DDP with Adam"},
     ("3.7", "wrong_no_all_gather"): {"the updated shares reach every rank by an all-gather"},
     ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns", OVERLAP_MEAN},

@@ -124,12 +124,38 @@ def _moments_of_its_share(runs):
                 return (f"{world.label}: rank {r.rank} keeps moments of {sizes} elements{whole}; it owns "
                         f"{stop - start}: each rank keeps Adam's state for its own share only")
             if values_right and 0 <= start <= stop <= n:
+                beyond = _state_beyond_its_share(r.result.get("held") or [], exp_avg_sq, start, stop)
+                if beyond:
+                    return (f"{world.label}: rank {r.rank} owns elements {start}-{stop}, but its optimizer keeps "
+                            f"Adam's second moments of elements {beyond} too: it steps the whole model's state "
+                            "and returns a slice of it (each rank keeps and updates its own share's only)")
                 for name, want in (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
                     got = torch.tensor(r.result.get(name), dtype=torch.float64)
                     if got.shape != want[start:stop].shape or not torch.allclose(got, want[start:stop], rtol=1e-3,
                                                                                  atol=1e-9):
                         return (f"{world.label}: rank {r.rank}'s {name} for elements {start}-{stop} differs from "
                                 "full Adam's there: the moments must be those of the mean gradient")
+
+
+def _state_beyond_its_share(held: list, want: torch.Tensor, start: int, stop: int) -> str | None:
+    """Where a tensor the optimizer keeps holds full Adam's second moments of elements outside [start, stop):
+    a flat tensor laid out as the model (padded or not), or one of a single parameter's shape."""
+    n = want.numel()
+    offsets, at = [], 0
+    for p in model(0).parameters():
+        offsets.append((at, p.numel()))
+        at += p.numel()
+    for values in held:
+        t = torch.tensor(values, dtype=torch.float64)
+        places = [(0, n)] if t.numel() >= n else [(o, k) for o, k in offsets if k == t.numel()]
+        for offset, k in places:
+            outside = [i for i in range(offset, offset + k) if not start <= i < stop]
+            if not outside:
+                continue
+            index = torch.tensor(outside)
+            if torch.allclose(t[index - offset], want[index], rtol=1e-3, atol=1e-9) and want[index].abs().max() > 0:
+                return f"{outside[0]}-{outside[-1] + 1}"
+    return None
 
 
 def _step_calls(r, step: int) -> list[dict]:
