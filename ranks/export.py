@@ -107,6 +107,8 @@ def _flatten(value, prefix: str, tensors: dict, values: dict):
     if isinstance(value, torch.Tensor):
         if value.dtype.is_floating_point:
             tensors[prefix] = value
+        elif value.numel() == 1 and not value.dtype.is_complex and value.dtype != torch.bool:
+            values[prefix] = int(value.item())  # a count kept as a tensor (a step, an epoch): a number
         return
     if isinstance(value, dict):
         for key, item in list(value.items())[:NAMES_LIMIT]:

@@ -34,6 +34,11 @@ import time
 from ranks.host import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, _prctl, _signal
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2)
+# A worker that crashes by one of these writes no exit code of its own; its server, its parent, writes it
+# (the rank host is not the worker's parent and could not tell a crash from a kill). SIGKILL is not among
+# them: the rank host sends it, a planted fault or a stop, and knows it.
+CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT)
+_exit_files: dict[int, str] = {}  # worker pid -> where its exit code goes
 
 
 def listen(name: str) -> socket.socket:
@@ -95,6 +100,10 @@ def _read_request(conn, waiting, running, listener, become, handing):
         theirs.close()
         hand_over(handing, ours, pid, request["env"])
     running[conn] = pid
+    env = request["env"]
+    if isinstance(env, dict) and env.get("AUTOGRADER_TRACE") and str(env.get("RANK", "")).isdigit():
+        _exit_files[pid] = os.path.join(env["AUTOGRADER_TRACE"], f"attempt{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+                                        f"rank{env['RANK']}.exit")
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
 
 
@@ -106,6 +115,7 @@ def _report_ended(running: dict):
             return
         if pid == 0:
             return
+        _note_a_crash(pid, status)
         conn = next((c for c, p in running.items() if p == pid), None)
         if conn is not None:
             del running[conn]
@@ -114,6 +124,17 @@ def _report_ended(running: dict):
             except OSError:
                 pass
             conn.close()
+
+
+def _note_a_crash(pid: int, status: int):
+    path = _exit_files.pop(pid, None)
+    if path and os.WIFSIGNALED(status) and os.WTERMSIG(status) in CRASHES:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            return  # the worker wrote its own, or its folder is gone
+        os.write(fd, str(-os.WTERMSIG(status)).encode())
+        os.close(fd)
 
 
 def _worker(request: dict, become):

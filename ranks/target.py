@@ -61,6 +61,7 @@ def function_target(student: Path, harness: Callable, params: dict, hidden=(), c
             rec.fail(exc)
             raise
         finally:
+            rec.buffers_at_the_end()
             rec.save()
 
     return target
@@ -99,6 +100,7 @@ def script_target(student: Path):
             rec.fail(exc)
             raise
         finally:
+            rec.buffers_at_the_end()
             rec.save()
 
     return target

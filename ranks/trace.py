@@ -43,7 +43,7 @@ COLLECTIVES = (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
     "reduce_scatter", "reduce_scatter_tensor", "barrier", "all_gather_object",
     "broadcast_object_list", "gather", "scatter", "all_to_all", "all_to_all_single",
-    "monitored_barrier",
+    "monitored_barrier", "all_reduce_coalesced", "all_gather_coalesced", "gather_object", "scatter_object_list",
 )
 POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 _ENGINE_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
@@ -68,6 +68,7 @@ class Recorder:
         self._patched: list[tuple[object, str, object]] = []
         self._forged = 0  # events the submission tried to record itself
         self._kept_size: int | None = None  # the length of what the harness keeps (keep)
+        self._buffers_recorded = False
         # A fault a job plants (worker.py): called after each optimizer step, and in place of torch.save.
         self.on_step = None
         self.on_save = None
@@ -127,6 +128,16 @@ class Recorder:
             held = {name: b.detach().double().cpu().flatten()[:_BUFFER_LIMIT].tolist()
                     for name, b in list(models[-1].module.named_buffers())[:100] if b.dtype.is_floating_point}
         self.event("buffers", values=held, norms=_norm_layers(models[-1].module))
+        self._buffers_recorded = True
+
+    def buffers_at_the_end(self):
+        """A script that never destroyed its group nor freed its DDP model left no record of the final
+        buffers: they are taken as the script ends (its model is alive still, in DDP's reference cycles)."""
+        if not self._buffers_recorded:
+            try:
+                self.buffers()
+            except Exception:  # a model the script left broken: nothing to record
+                pass
 
     def keep(self, label: str, values: torch.Tensor):
         """A flat vector the exercise's harness saves beside the parameter snapshots (same length)."""
@@ -326,7 +337,7 @@ def _wrap_process_group(rec: Recorder):
 
     def destroy(original):
         def wrapper(group=None):
-            if group is None:
+            if group is None or group is dist.group.WORLD:  # WORLD destroys every group, the default one too
                 rec.snapshot("destroy_process_group")
                 rec.buffers()
                 rec.event("destroy_process_group", caller=caller())
@@ -746,15 +757,21 @@ def _wrap_optimizer(rec: Recorder):
     _wrap_state_dict_gathering(rec)
 
 
-def _traced_as_collective(rec: Recorder, owner, name: str, root=None, label: str | None = None):
+def _traced_as_collective(rec: Recorder, owner, name: str, root=None, label: str | None = None, measure=None):
     """A library call that is a collective inside (every rank must make it): traced as one, by name;
-    ``root(args, kwargs)`` says which rank it gathers to, where it has one."""
+    ``root(args, kwargs)`` says which rank it gathers to, where it has one; ``measure(args, kwargs)``, what
+    else to record of its arguments."""
     op = label or name
 
     def make(original):
         def wrapper(*args, **kwargs):
             where = caller()
             rooted = {"root": root(args, kwargs)} if root else {}
+            if measure is not None:
+                try:
+                    rooted.update(measure(args, kwargs))
+                except Exception:
+                    pass
             rec.event("collective", op=op, reduce_op=None, caller=where, done=False, **rooted)
             n = rec.enter(op, caller=where, **rooted)
             out = original(*args, **kwargs)
@@ -779,11 +796,37 @@ def _wrap_state_dict_gathering(rec: Recorder):
     # Saving and loading a distributed checkpoint: every rank writes or reads its shards, and they
     # agree on the index first.
     package = sys.modules.get("torch.distributed.checkpoint")
-    for owner, name in ((package, "save"), (package, "load"), (package, "async_save"),
-                        (sys.modules.get("torch.distributed.checkpoint.state_dict_saver"), "save"),
-                        (sys.modules.get("torch.distributed.checkpoint.state_dict_loader"), "load")):
+    saver = sys.modules.get("torch.distributed.checkpoint.state_dict_saver")
+    loader = sys.modules.get("torch.distributed.checkpoint.state_dict_loader")
+    # save_state_dict and load_state_dict: deprecated in 2.13, still working, and still in older tutorials
+    for owner, name, label in ((package, "save", "save"), (package, "load", "load"), (package, "async_save", "async_save"),
+                               (saver, "save", "save"), (loader, "load", "load"),
+                               (package, "save_state_dict", "save"), (package, "load_state_dict", "load"),
+                               (saver, "save_state_dict", "save"), (loader, "load_state_dict", "load")):
         if owner is not None and hasattr(owner, name):
-            _traced_as_collective(rec, owner, name, label=f"dcp.{name}")
+            _traced_as_collective(rec, owner, name, label=f"dcp.{label}",
+                                  measure=_state_held if label in ("save", "async_save") else None)
+
+
+def _state_held(args, kwargs) -> dict:
+    """How many numbers of the state handed to a checkpoint save this rank holds itself, of how many in all: a
+    DTensor counts its local shard; a plain tensor, all of it."""
+    state = kwargs.get("state_dict", args[0] if args else None)
+    local = whole = 0
+    stack, seen = [state], 0
+    while stack and seen < 100_000:
+        value = stack.pop()
+        seen += 1
+        if isinstance(value, torch.Tensor):
+            whole += value.numel()
+            local += value._local_tensor.numel() if _is_dtensor(value) else value.numel()
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif hasattr(value, "state_dict") and callable(value.state_dict):  # a Stateful: what DCP saves of it
+            stack.append(value.state_dict())
+    return {"held": local, "numbers": whole}
 
 
 def _wrap_consolidate(rec: Recorder):

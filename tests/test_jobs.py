@@ -101,6 +101,23 @@ def test_a_killed_worker_is_restarted_and_every_attempt_is_kept(host, tmp_path):
     assert second[0].first("worker")["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
 
 
+def test_a_worker_that_crashes_by_a_signal_under_torchrun_is_named_as_the_cause(host, tmp_path):
+    code = """
+        import ctypes
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        dist.barrier()
+        if dist.get_rank() == 1:
+            ctypes.string_at(0)  # a segmentation fault, as a bug in native code gives
+        dist.barrier()
+    """
+    world = run_job(host, tmp_path, code, jobs.standalone(2), timeout=60)
+    assert not world.complete
+    assert world.culprit() is not None and world.culprit().rank == 1, [(r.rank, r.exitcode) for r in world.ranks]
+    assert "rank 1 was killed by SIGSEGV" in diagnosis.summary(world), diagnosis.summary(world)
+
+
 def test_a_deadlock_under_torchrun_is_named_within_seconds(host, tmp_path):
     code = """
         import os

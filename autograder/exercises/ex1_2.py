@@ -68,20 +68,50 @@ def _no_builtin_collective(runs):
 def _ring_traffic(runs):
     for world in sorted(runs, key=lambda w: -w.world_size):  # the largest ring shows the traffic best
         w = world.world_size
-        for r in world.ranks:
-            for case, events in sorted(r.windows("case", "case_done").items()):
-                length = lengths(w)[case]
-                if length < w or any(e.get("kind") == "collective" and e.get("caller") for e in events):
-                    continue  # empty chunks may be skipped; built-in collectives are charged elsewhere
-                sent = [size for way, _, size, _ in r.messages(events) if way == "send"]
-                low, high = 2 * (w - 1) * (length // w) * 4, 2 * (w - 1) * -(-length // w) * 4
-                if len(sent) != 2 * (w - 1) or not low <= sum(sent) <= high:
-                    share = f"{2 * (w - 1) / w:g}x"
-                    return (f"world size {w}, length {length} ({length * 4} bytes): rank {r.rank} sent "
-                            f"{len(sent)} message(s), {sum(sent)} bytes in all; a ring sends {2 * (w - 1)} "
-                            f"messages of one chunk (about 1/{w} of the tensor) each, 2(W-1)/W = {share} the tensor "
-                            f"in all ({low}-{high} bytes)"
-                            + (", the same on every rank" if w > 1 else ""))
+        problem = _sizes_per_rank(world, w) or _one_ring(world, w)
+        if problem:
+            return problem
+
+
+def _one_ring(world, w: int) -> str | None:
+    """Every rank sends to one neighbour only, and following the neighbours visits every rank: one ring."""
+    if w < 3:
+        return None  # with two ranks every exchange is between neighbours
+    to = {}
+    for r in world.ranks:
+        peers = sorted({peer for way, peer, _, _ in r.messages() if way == "send" and isinstance(peer, int)})
+        if len(peers) > 1:
+            return (f"world size {w}: rank {r.rank} sent messages to ranks {peers}; in a ring every rank sends to "
+                    f"one neighbour only, (rank + 1) % {w}, and receives from the other")
+        if peers:
+            to[r.rank] = peers[0]
+    seen, at = [], 0
+    while at in to and at not in seen:
+        seen.append(at)
+        at = to[at]
+    if len(to) == w and len(seen) != w:
+        return (f"world size {w}: the ranks send to {[to[k] for k in sorted(to)]} (rank by rank), which is no single "
+                f"ring through all {w} ranks")
+    return None
+
+
+def _sizes_per_rank(world, w: int) -> str | None:
+    """Each rank's messages of each case: 2(W-1) of them, none more than a chunk, 2(W-1)/W of the tensor in all."""
+    for r in world.ranks:
+        for case, events in sorted(r.windows("case", "case_done").items()):
+            length = lengths(w)[case]
+            if length < w or any(e.get("kind") == "collective" and e.get("caller") for e in events):
+                continue  # empty chunks may be skipped; built-in collectives are charged elsewhere
+            sent = [size for way, _, size, _ in r.messages(events) if way == "send"]
+            chunk = -(-length // w) * 4
+            low, high = 2 * (w - 1) * (length // w) * 4, 2 * (w - 1) * chunk
+            if len(sent) != 2 * (w - 1) or not low <= sum(sent) <= high or max(sent, default=0) > chunk:
+                share = f"{2 * (w - 1) / w:g}x"
+                return (f"world size {w}, length {length} ({length * 4} bytes): rank {r.rank} sent "
+                        f"{len(sent)} message(s) of {sorted(set(sent))[:4]} bytes, {sum(sent)} in all; a ring sends "
+                        f"{2 * (w - 1)} messages of one chunk (at most {chunk} bytes) each, 2(W-1)/W = {share} the "
+                        f"tensor in all ({low}-{high} bytes)" + (", the same on every rank" if w > 1 else ""))
+    return None
 
 
 def _work(runs):

@@ -34,18 +34,43 @@ def reference(world_size: int) -> torch.Tensor:
 
 
 def drawn_reference(world) -> torch.Tensor:
-    """The reference trained on the global batches the ranks actually drew from their samplers.
+    """The reference trained on the global batches the ranks actually drew from their samplers, or, without
+    samplers, on the batches each rank's model was given, told by their rows.
 
-    So a mistake in what the ranks drew (no set_epoch, no shuffling) is charged by the check that
-    names it, not again here. Ranks that went through their samplers unequally often get the course's
-    reference.
+    So a mistake in what the ranks drew (no set_epoch, no shuffling, no sampler) is charged by the check
+    that names it, not again here, and training wrong on those batches still shows. Ranks that went
+    through their samplers unequally often get the course's reference.
     """
     iters = [r.of("sampler_iter") for r in world.ranks]
+    if not all(iters):
+        fed = _fed_batches(world)
+        return training_on_shares(toy_dataset(n=N, seed=0), fed, N, LR) if fed else reference(world.world_size)
     if len({len(i) for i in iters}) != 1:
         return reference(world.world_size)
     batch = next((e["batch_size"] for r in world.ranks for e in r.of("dataloader") if e.get("batch_size")), BATCH)
     shares = [[[int(i) for i in it[epoch]["indices"]] for it in iters] for epoch in range(len(iters[0]))]
     return training_on_shares(toy_dataset(n=N, seed=0), shares, batch, LR)
+
+
+def _fed_batches(world) -> list[list[list[int]]] | None:
+    """Each training step's batch on every rank, as dataset indices, from the rows DDP's forward was given
+    ([step][rank] -> indices); None where a row is no sample of the dataset or the ranks stepped unequally."""
+    features = toy_dataset(n=N, seed=0).tensors[0].double()
+    per_rank = []
+    for r in world.ranks:
+        steps = []
+        for e in r.of("ddp_forward"):
+            if not e.get("sync") or not e.get("inputs"):
+                continue
+            rows = torch.tensor(e["inputs"], dtype=torch.float64).reshape(-1, features.shape[1])
+            distance, index = torch.cdist(rows, features).min(dim=1)
+            if distance.max() > 1e-5:
+                return None
+            steps.append(index.tolist())
+        per_rank.append(steps)
+    if not per_rank or len({len(s) for s in per_rank}) != 1 or not per_rank[0]:
+        return None
+    return [[steps[k] for steps in per_rank] for k in range(len(per_rank[0]))]
 
 
 def _work(runs):
@@ -61,7 +86,9 @@ def _backend(runs):
         init = r.first("init_process_group")
         if init is None:
             return f"{world.label}: rank {r.rank} never initialized a process group"
-        if init["backend"] != runs.backend or init["world_size"] != world.world_size:
+        # no backend named: PyTorch gives the group gloo for CPU tensors and nccl for GPU ones, both right
+        chosen = init["backend"] if init.get("requested_backend") not in (None, "None") else runs.backend
+        if chosen != runs.backend or init["world_size"] != world.world_size:
             return (f"{world.label}: rank {r.rank} joined a {init['backend']} group of "
                     f"{init['world_size']} process(es)")
 
@@ -148,7 +175,9 @@ def _checkpoint(world):
     _, saves = writers_saves(world)
     if not saves:
         return None, f"{world.label}: rank 0 saved nothing to a file"
-    path = saves[-1]["path"]
+    # the model's file, where rank 0 also saved other things (an optimizer's state, a list of losses)
+    path = next((e["path"] for e in reversed(saves) if _holds_the_model(world.exports.get(e["path"], {}))),
+                saves[-1]["path"])
     found = world.exports.get(path, {})
     if found.get("error") == "missing":
         return None, f"the checkpoint {Path(path).name} was not found after the run"
@@ -158,6 +187,12 @@ def _checkpoint(world):
     if found.get("type") != "dict":
         return None, f"the checkpoint holds a {found.get('type')}, not a state_dict"
     return found, None
+
+
+def _holds_the_model(found: dict) -> bool:
+    """Whether a file read back is a dictionary with TinyNet's weights in it (a 'module.' prefix or not)."""
+    keys = {str(k).removeprefix("module.") for k in found.get("keys", ())} if found.get("type") == "dict" else set()
+    return set(TinyNet().state_dict()) <= keys
 
 
 def _loads_strictly(runs):
@@ -232,10 +267,9 @@ EXERCISE = Exercise(
         Check("parameters identical on all ranks after every optimizer step", 2, params_identical_across_ranks,
               hint="let DDP average the gradients: backward() on the DDP model's output"),
         Check("equal to the single-process reference trained on the same global batches", 3,
-              # Judged on the batches the ranks drew from their samplers; without samplers what they drew
-              # is unknown, and the samples check names that mistake.
-              lambda runs: matches_reference(runs, drawn_reference, "the reference") if _drew_from_samplers(runs)
-              else None,
+              # Judged on the batches the ranks drew from their samplers, or else on those their models were
+              # given: a mistake in what was drawn is the samples check's; training on it wrong is this one's.
+              lambda runs: matches_reference(runs, drawn_reference, "the reference"),
               hint="SGD(lr=LR) on cross_entropy, one step per batch, model from make_model(seed=0)"),
         Check("exactly one checkpoint writer: global rank 0", 2, _one_writer,
               hint="if dist.get_rank() == 0: torch.save(...)"),

@@ -64,8 +64,8 @@ def _equals_single_process(runs):
     """Rank 0's value against the accuracy over the samples the ranks actually scored.
 
     Scored twice (padding) or never, a sample is charged by the check of each sample once; returned
-    uncombined (each rank its own accuracy), by the check of the same accuracy on every rank. Here
-    only the arithmetic of combining counts is judged.
+    uncombined by rank 0 where the ranks did combine their counts, by the check of the same accuracy on
+    every rank; where no rank exchanged anything, rank 0's own accuracy is no global one, and fails here.
     """
     correct = runs.params["correct"]
     for world in runs:
@@ -73,8 +73,10 @@ def _equals_single_process(runs):
         everywhere = [i for share in scored.values() for i in share] or range(N)
         want = sum(correct[i] for i in everywhere) / len(everywhere)
         accepted = [want]
-        if len({r.result for r in world.ranks}) > 1 and scored[0]:
-            accepted.append(sum(correct[i] for i in scored[0]) / len(scored[0]))  # rank 0's own, uncombined
+        combined = any(e.get("caller") for r in world.ranks for e in r.of("collective"))
+        if len({r.result for r in world.ranks}) > 1 and scored[0] and combined:
+            # the counts were combined, but rank 0 returned its own: charged by the check of the same accuracy
+            accepted.append(sum(correct[i] for i in scored[0]) / len(scored[0]))
         got = world.ranks[0].result
         # float32 counts are fine; an average of per-rank accuracies is not
         if not isinstance(got, numbers.Real) or not any(abs(got - a) <= 1e-6 for a in accepted):

@@ -221,11 +221,16 @@ def _one_collective(runs):
         if world.world_size == 1:
             continue
         for r in world.ranks:
-            issued = [e.get("op") for e in r.windows("call", "backward").get(None, []) if e.get("kind") == "collective"]
-            if len(issued) > 1:
-                return (f"{world.label}: rank {r.rank} issued {len(issued)} collectives in the forward pass "
-                        f"({', '.join(map(str, issued[:4]))}{', ...' if len(issued) > 4 else ''}); one call on "
-                        "one tensor of every statistic, stacked, does it (each call costs a round trip)")
+            window = r.windows("call", "backward").get(None, [])
+            issued = [e.get("op") for e in window if e.get("kind") == "collective"]
+            sent = [m for m in r.messages(window) if m[0] == "send"]
+            if len(issued) + len(sent) > 1:
+                messages = f"{len(sent)} point-to-point message(s)" if sent else ""
+                calls = (f"{len(issued)} collectives ({', '.join(map(str, issued[:4]))}"
+                         f"{', ...' if len(issued) > 4 else ''})") if issued else ""
+                return (f"{world.label}: rank {r.rank} exchanged {' and '.join(filter(None, (calls, messages)))} in "
+                        "the forward pass; one collective on one tensor of every statistic, stacked, does it (each "
+                        "exchange costs a round trip)")
 
 
 def _work(runs):

@@ -69,12 +69,30 @@ def _holds_shards(runs):
                     "(its .metadata index and .distcp shard files): save with torch.distributed.checkpoint")
         if len(shards) != w:
             return f"world size {w}: the checkpoint has {len(shards)} shard file(s), not one per rank"
+        whole = _a_whole_state_saved(world)
+        if whole:
+            return whole
         total, largest = sum(shards.values()), max(shards.values())
         if w > 1 and largest > total * (1 / w + 0.25):
             name = max(shards, key=shards.get)
             return (f"world size {w}: {name} holds {100 * largest / total:.0f}% of the checkpoint's data: one "
                     "rank's copy of the whole state, not each rank's shards (a full state dict, gathered, was "
                     "saved; save the sharded one)")
+
+
+def _a_whole_state_saved(world) -> str | None:
+    """A rank that handed dcp.save the whole state as its own: a full state dict, gathered (DCP then spreads the
+    copies' writing over the ranks' files, so the files alone can look even)."""
+    w = world.world_size
+    for r in world.ranks:
+        for e in r.of("collective"):
+            held, of = e.get("held"), e.get("numbers")
+            if e.get("op") in ("dcp.save", "dcp.async_save") and isinstance(held, int) and isinstance(of, int) \
+                    and w > 1 and of > 0 and held > of * (1 / w + 0.25):
+                return (f"world size {w}: rank {r.rank} handed dcp.save {held} of the state's {of} numbers as its "
+                        "own: a full state dict, gathered on every rank, not each rank's shards (save the sharded "
+                        "state dict)")
+    return None
 
 
 @functools.lru_cache(maxsize=16)

@@ -181,7 +181,29 @@ def _one_writer(runs):
                         "global rank 0, writes the snapshot (every rank holds the same weights)")
 
 
+def _written_in_place(runs) -> str | None:
+    """A write seen going straight onto the snapshot's path (torch.save or a copy onto it), in any job."""
+    for world in runs:
+        target = str(world.workdir / "run" / SNAPSHOT)
+        for k, attempt in enumerate(world.attempts):
+            for r in attempt:
+                for e in (*r.of("save"), *r.of("copy")):
+                    if e.get("path") == target:
+                        how = "copied a file onto" if e["kind"] == "copy" else "called torch.save onto"
+                        return (f"{world.label}, attempt {k}: rank {r.rank} {how} {SNAPSHOT} itself: a kill during "
+                                "that write leaves it half written, and a restart finds no snapshot it can load"
+                                f"{FIX}write to a temporary file in the same directory, then os.replace() it onto "
+                                "the snapshot")
+    return None
+
+
 def _atomic(runs):
+    """The file the rank host found open when it killed rank 0 in the middle of a write; and every write the
+    trace saw going onto the snapshot's own path, wherever the kill landed."""
+    return _killed_writing_the_snapshot(runs) or _written_in_place(runs)
+
+
+def _killed_writing_the_snapshot(runs):
     world = next((w for w in runs if while_writing(w)), None)
     event = fault(world) if world else None
     if event is None:

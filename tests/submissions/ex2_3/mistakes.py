@@ -4,6 +4,20 @@ BASE = "correct_tutorial.py"
 SAVE = "    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), CHECKPOINT)\n"
 
 MISTAKES = {
+    "wrong_no_sampler_lr_scaled": (
+        "reads all the data on every rank, and scales the learning rate by the world size as if the batch grew",
+        [("sampler=sampler)", "shuffle=True)"),
+         ("lr=LR)", "lr=LR * dist.get_world_size())")]),
+    "correct_also_saves_the_optimizer": (
+        "rank 0 saves the model's checkpoint, then the optimizer's state to a file of its own",
+        [(SAVE, SAVE + "        torch.save(optimizer.state_dict(), \"optimizer.pt\")\n")]),
+    "correct_default_backend": (
+        "init_process_group() with no backend named: PyTorch gives the group gloo for CPU tensors, nccl for GPU ones",
+        [('        dist.init_process_group("nccl")\n', "        dist.init_process_group()\n"),
+         ('        dist.init_process_group("gloo")\n', "        dist.init_process_group()\n")]),
+    "correct_loader_workers": (
+        "a DataLoader with two worker processes, as real training scripts have: they need shared memory",
+        [("sampler=sampler)", "sampler=sampler, num_workers=2)")]),
     "wrong_no_set_epoch": (
         "forgets sampler.set_epoch(epoch): the same order every epoch",
         [("        sampler.set_epoch(epoch)\n", "")]),

@@ -5,6 +5,12 @@ CONVERT = "    model = convert_sync_batchnorm(model)  # before DDP: PyTorch's Sy
 WRAP = "    model = DDP(model, device_ids=[local_rank] if on_gpus else None)\n"
 
 MISTAKES = {
+    "wrong_never_destroys_the_group": (
+        "ends without destroy_process_group(): its statistics and checkpoint are right, and judged so",
+        [("    dist.destroy_process_group()\n", "")]),
+    "correct_destroys_group_world": (
+        "ends with destroy_process_group(dist.group.WORLD), which destroys every group, the default one too",
+        [("    dist.destroy_process_group()\n", "    dist.destroy_process_group(dist.group.WORLD)\n")]),
     "correct_frees_the_model_first": (
         "frees and collects the DDP model before leaving the group (lesson 2, section 8): its state is judged as it was",
         [("    dist.destroy_process_group()\n",
