@@ -40,6 +40,8 @@ from autograder.report import SKIPPED_ON_CPU, CheckResult
 # exercises (2.6, 4.4) show only what was seen: finding the cause is their work (``symptom``).
 CAUSE = "; likely cause: "
 FIX = ". To fix: "
+# Their points are the planted bugs': the script as handed out earns only what it already did right.
+PLANTED_BUG_POINTS, OTHER_CHECK_POINTS = 4, 0.5
 
 
 def symptom(message: str | None) -> str | None:

@@ -47,13 +47,16 @@ def training_on_shares(dataset: TensorDataset, shares: list[list[list[int]]], ba
 
 
 def trained_on_shares(make, dataset: TensorDataset, shares: list[list[list[int]]], batch_size: int, lr: float,
-                      together: bool = False, momentum: float = 0.0) -> torch.nn.Module:
+                      together: bool = False, momentum: float = 0.0, schedule=None) -> torch.nn.Module:
     """The model ``make()`` trained as ``training_on_shares`` trains; with ``together``, each step's
-    forward pass sees the whole global batch at once, as synchronized batch norm sees it."""
+    forward pass sees the whole global batch at once, as synchronized batch norm sees it; with
+    ``schedule``, epoch k steps with the learning rate ``schedule(k)``."""
     model = make()
     optimizer = SGD(model.parameters(), lr=lr, momentum=momentum)
     x, y = dataset.tensors
-    for epoch in shares:
+    for number, epoch in enumerate(shares):
+        if schedule is not None:
+            optimizer.lr = schedule(number)
         for start in range(0, max(map(len, epoch)), batch_size):
             batches = [share[start:start + batch_size] for share in epoch]
             optimizer.zero_grad()

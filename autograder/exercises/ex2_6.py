@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autograder.checks import symptom
+from autograder.checks import OTHER_CHECK_POINTS, PLANTED_BUG_POINTS, symptom
 from autograder.exercises import ex2_3
 
 # 2.3's checks of the planted bugs, under names that say what goes wrong, not what to write.
@@ -27,13 +27,12 @@ SYMPTOMS = {
     "process group destroyed at the end": "no process ends with its process group still open",
 }
 PLANTED = tuple(SYMPTOMS.values())
-BUG_POINTS = 4
-OTHER_POINTS = {"DDP on GPUs: device_ids=[local_rank]": 0}  # the others: half a point each
+OTHER_POINTS = {"DDP on GPUs: device_ids=[local_rank]": 0}  # the others: OTHER_CHECK_POINTS each
 
 
 def _as_in_2_6(check):
     """2.3's check with the symptom alone in its message (finding the cause is the exercise), no hint."""
-    points = BUG_POINTS if check.name in SYMPTOMS else OTHER_POINTS.get(check.name, 0.5)
+    points = PLANTED_BUG_POINTS if check.name in SYMPTOMS else OTHER_POINTS.get(check.name, OTHER_CHECK_POINTS)
     return dataclasses.replace(check, name=SYMPTOMS.get(check.name, check.name), points=points, hint="",
                                hint_for=None, verify=lambda runs, verify=check.verify: symptom(verify(runs)))
 

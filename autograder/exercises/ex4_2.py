@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from autograder import jobs
-from autograder.checks import FIX, Check, runs_to_the_end
+from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
 from ddpcourse import TinyNet, toy_dataset
 
@@ -394,15 +394,15 @@ def _step_differs(world, base, step: int, k: int, taken: int) -> str:
     if lr is not None and lr_then is not None and lr != lr_then:
         told = f"stepped with learning rate {lr:.6g} where the uninterrupted run's step {step + k + 1} used {lr_then:.6g}"
         if k == 0:  # the learning rate a step uses is the optimizer's: the scheduler only changes it after
-            return (began + f"{told}: the optimizer's param_groups, which hold the learning rate the schedule had "
-                    f"reached, were not restored{FIX}load optimizer.state_dict() from the snapshot (and the "
+            return (began + f"{told}{CAUSE}the optimizer's param_groups, which hold the learning rate the schedule "
+                    f"had reached, were not restored{FIX}load optimizer.state_dict() from the snapshot (and the "
                     "scheduler's state, for the steps after).")
-        return (began + f"{told}: the learning-rate schedule did not go on where it was{FIX}keep the scheduler's "
+        return (began + f"{told}{CAUSE}the learning-rate schedule did not go on where it was{FIX}keep the scheduler's "
                 "state_dict() in the snapshot, and load it on resume.")
     if k:
         return began + "differs from the uninterrupted run's, on the same samples with the same noise and learning rate."
     return (began + f"differs from the uninterrupted run's step {step + 1}, on the same samples with the same noise "
-            f"and learning rate: the optimizer's state (momentum) was not restored{FIX}load optimizer.state_dict() "
+            f"and learning rate{CAUSE}the optimizer's state (momentum) was not restored{FIX}load optimizer.state_dict() "
             "from the snapshot too.")
 
 
@@ -429,10 +429,10 @@ def _what_differs(world, base, step: int, k: int) -> str | None:
         got, wanted = _samples(now[k]), _samples(then[n])
         if got != wanted:
             return (f"trained rank {r.rank} on samples {got} where the uninterrupted run's step {n + 1} trained "
-                    f"it on {wanted}: the restart did not go on at the snapshot's place in the data{FIX}skip, in the "
+                    f"it on {wanted}{CAUSE}the restart did not go on at the snapshot's place in the data{FIX}skip, in the "
                     "snapshot's epoch only, the batches its step had already trained.")
-        return (f"gave rank {r.rank} the samples of the uninterrupted run's step {n + 1} with other random noise: "
-                f"rank {r.rank}'s generator did not go on where it was{FIX}keep every rank's generator state in the "
+        return (f"gave rank {r.rank} the samples of the uninterrupted run's step {n + 1} with other random noise"
+                f"{CAUSE}rank {r.rank}'s generator did not go on where it was{FIX}keep every rank's generator state in the "
                 "snapshot (rank 0 gathers them), and restore each rank's own on resume.")
     return None
 

@@ -4,21 +4,35 @@ The script handed out has 4.2's contract with a snapshot at the end of every epo
 like 4.2's, killed in the middle of an epoch and while writing) and four mistakes of the kinds lessons 2-4
 taught. 4.2's checks judge it, with one more for the data order, and without their hints: each failing
 check names the symptom of a bug that is left, never its line.
-The report opens with how many of the four are fixed.
+The report opens with how many of the four are fixed, and the points are the planted bugs' (the script as
+handed out earns only what it already does right). A fix may be any correct code, but it must train what
+the script trains (its learning rate halves every epoch): lesson 4's own snapshot script, which has no schedule,
+is no fix of this one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from autograder import jobs
-from autograder.checks import Check, symptom
+from autograder.checks import OTHER_CHECK_POINTS, PLANTED_BUG_POINTS, Check, matches_reference, symptom
 from autograder.exercises import ex4_2
+from autograder.reference import flat, sampler_shares, trained_on_shares
+from ddpcourse import make_model, toy_dataset
 
 ORDER = "every epoch draws a new order of the data, in every attempt"
 WRITER = "snapshots written by one rank: global rank 0"
 ATOMIC = "a snapshot is written atomically: a kill during the write leaves the last one whole"
 SAME = "after each kill the final weights equal the uninterrupted run's, bit for bit"
+TRAINS = "the uninterrupted job trains what the script trains: its weights equal the course's run of it"
+MOMENTUM = 0.9
+
+
+def learning_rate(epoch: int) -> float:
+    """The script's schedule: the learning rate halves every epoch."""
+    return ex4_2.LR * 0.5 ** epoch
 
 
 KILLED_IN_EPOCH = {"rank": 1, "attempt": 0, "when": "step", "n": 2 * ex4_2.STEPS_PER_EPOCH + 3}
@@ -53,9 +67,37 @@ def _order_changes_every_epoch(runs):
         return f"{base.label}: rank 0 drew {len(orders)} epochs in only {len({tuple(o or ()) for o in orders})} orders"
 
 
+def reference(world) -> torch.Tensor:
+    """SGD with momentum and the script's schedule on the batches the job's ranks drew, epoch by epoch: a mistake
+    in the order drawn is the order check's, not this one's. Ranks that drew unequally get the sampler's orders."""
+    dataset = toy_dataset(n=ex4_2.N, seed=0)
+    drawn = [[e.get("indices") for e in r.of("sampler_iter")] for r in world.ranks]
+    if len({len(d) for d in drawn}) != 1 or len(drawn[0]) != ex4_2.EPOCHS or \
+            not all(isinstance(i, list) for d in drawn for i in d):
+        drawn = list(zip(*(sampler_shares(dataset, world.world_size, epoch) for epoch in range(ex4_2.EPOCHS))))
+    shares = [[list(d[epoch]) for d in drawn] for epoch in range(ex4_2.EPOCHS)]
+    per_rank = ex4_2.GLOBAL_BATCH // world.world_size
+    return flat(trained_on_shares(lambda: make_model(0), dataset, shares, per_rank, ex4_2.LR, momentum=MOMENTUM,
+                                  schedule=learning_rate))
+
+
+def _trains_what_the_script_trains(runs):
+    base = ex4_2.uninterrupted(runs)
+    if base is None:
+        return None
+    return matches_reference(dataclasses.replace(runs, worlds=[base]), reference,
+                             f"SGD (momentum {MOMENTUM}) with the script's learning rate, {ex4_2.LR} halved every "
+                             "epoch, on the batches the ranks drew")
+
+
+PLANTED = ((WRITER,), (SAME,), (ORDER,), (ATOMIC,))  # each planted bug, by the checks its symptom fails
+
+
 def _quiet(check: Check) -> Check:
     verify = check.verify
+    planted = any(check.name in symptom_of for symptom_of in PLANTED)
     return dataclasses.replace(check, hint="", hint_for=None,  # finding the fix is the exercise
+                               points=PLANTED_BUG_POINTS if planted else OTHER_CHECK_POINTS,
                                verify=lambda runs: symptom(verify(runs)))
 
 
@@ -63,7 +105,7 @@ EXERCISE = dataclasses.replace(
     ex4_2.EXERCISE, id="4.4", title="find and fix: a job that must survive a killed worker",
     jobs=JOBS,
     jobs_of=lambda code: (*JOBS, two_machines()),
-    checks=[*map(_quiet, ex4_2.CHECKS), Check(ORDER, 2, _order_changes_every_epoch)],
-    # Each planted bug, by the checks its symptom fails: a bug is fixed when all of them pass.
-    planted=((WRITER,), (SAME,), (ORDER,), (ATOMIC,)),
+    checks=[*map(_quiet, ex4_2.CHECKS), _quiet(Check(ORDER, 0, _order_changes_every_epoch)),
+            _quiet(Check(TRAINS, 0, _trains_what_the_script_trains))],
+    planted=PLANTED,  # a bug is fixed when all the checks of its symptom pass
 )

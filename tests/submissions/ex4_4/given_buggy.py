@@ -58,6 +58,8 @@ def main():
     trained = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if distributed else model
 
     for epoch in range(start, args.epochs):
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * 0.5 ** epoch  # the learning rate halves every epoch
         for x, y in loader:
             optimizer.zero_grad()
             F.cross_entropy(trained(x.to(device)), y.to(device)).backward()

@@ -21,6 +21,12 @@ MISTAKES = {
     "wrong_no_set_epoch": (
         "never calls set_epoch: every epoch repeats one order",
         [("        sampler.set_epoch(epoch)\n", "")]),
+    "wrong_schedule_dropped": (
+        "fixes the four bugs but drops the learning-rate schedule, as lesson 4's script has none",
+        [('        for group in optimizer.param_groups:\n            group["lr"] = args.lr * 0.5 ** epoch  # the learning rate halves every epoch\n', "")]),
+    "wrong_schedule_counts_from_the_resume": (
+        "halves the learning rate by the epochs this attempt has run, so a resumed job starts again at the full rate",
+        [('group["lr"] = args.lr * 0.5 ** epoch ', 'group["lr"] = args.lr * 0.5 ** (epoch - start) ')]),
     "wrong_snapshot_in_place": (
         "writes the snapshot straight onto its path",
         [(IN_PLACE_OLD, IN_PLACE_NEW)]),
