@@ -49,6 +49,7 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+EXIT_CODE_GRACE = 0.5  # seconds
 
 
 def main(argv: list[str]) -> int:
@@ -85,6 +86,7 @@ class Host:
         self.forkserver = 0  # the job's fork server (forkserver.py), while the job runs
         self.plan = None  # the job's fault to plant and its workers' lines (faults.py), while the job runs
         self.workers: dict[tuple[int, int], int] = {}  # (attempt, rank) -> pid, of the job in progress
+        self.uncoded: dict[tuple[int, int], float] = {}  # workers seen ended with no exit code yet -> since when
         self.last_scan = 0.0
 
     def say(self, **message):
@@ -189,7 +191,7 @@ class Host:
 
     def job(self, request: dict):
         self.workdir = Path(request["workdir"])
-        self.workers, self.last_scan = {}, 0.0
+        self.workers, self.uncoded, self.last_scan = {}, {}, 0.0
         sys.stdout.flush()
         handing = None
         if any(options is not None for options in request["agents"]):
@@ -251,10 +253,20 @@ class Host:
             if pid and _alive(pid):
                 running = True
                 continue
+            code = _exit_code(self.workdir / f"attempt{attempt}" / f"rank{rank}.exit") if pid else None
+            if pid and code is None and self._may_still_get_a_code((attempt, rank)):
+                running = True
+                continue
             self.workers[(attempt, rank)] = 0  # reported
             if pid:
-                self.say(exit=rank, attempt=attempt, code=_exit_code(self.workdir / f"attempt{attempt}" / f"rank{rank}.exit"))
+                self.say(exit=rank, attempt=attempt, code=code)
         return running
+
+    def _may_still_get_a_code(self, key: tuple[int, int]) -> bool:
+        """A worker the fork server forked, killed by a crash, gets its exit code from the server just after the
+        server reaps it: it is waited for a moment before the worker is told as killed by a signal."""
+        since = self.uncoded.setdefault(key, time.monotonic())
+        return time.monotonic() - since < EXIT_CODE_GRACE
 
     def kill_job(self):
         mine = set(_descendants(os.getpid()))
