@@ -400,9 +400,9 @@ def _step_differs(world, base, step: int, k: int, taken: int) -> str:
         return (began + f"{told}{CAUSE}the learning-rate schedule did not go on where it was{FIX}keep the scheduler's "
                 "state_dict() in the snapshot, and load it on resume.")
     if k:
-        return began + "differs from the uninterrupted run's, on the same samples with the same noise and learning rate."
-    return (began + f"differs from the uninterrupted run's step {step + 1}, on the same samples with the same noise "
-            f"and learning rate{CAUSE}the optimizer's state (momentum) was not restored{FIX}load optimizer.state_dict() "
+        return began + "differs from the uninterrupted run's, given the same inputs, with the same learning rate."
+    return (began + f"differs from the uninterrupted run's step {step + 1}, given the same inputs, with the same "
+            f"learning rate{CAUSE}the optimizer's state (momentum) was not restored{FIX}load optimizer.state_dict() "
             "from the snapshot too.")
 
 
