@@ -3,9 +3,11 @@
 #
 #   bash scripts/instructor.sh [on|off]
 #
-# The instructor tools are the formgrader, the course list and the "Create Assignment" cell
-# toolbar. scripts/setup.sh turns them off, since students must not see them; the student tools
-# (assignment list, validate) stay on either way. The setting lives in .venv (--sys-prefix), so
+# The instructor tools are the formgrader, the course list, the "Create Assignment" cell toolbar
+# and the notebook's Validate button. scripts/setup.sh turns them off, since students must not see
+# them: Validate runs nbgrader's tests, which here are the hidden re-checks, takes seconds per
+# exercise and tells an unstarted exercise as "passed some but not all of the tests", with no
+# score; each exercise's check cell is the students' report. The assignment list stays on. The setting lives in .venv (--sys-prefix), so
 # it belongs to this clone only, and a rerun of setup.sh keeps it. Restart JupyterLab to see it.
 # Without .venv (a conda environment), it sets the active environment's jupyter.
 set -euo pipefail
@@ -16,8 +18,10 @@ JUPYTER=.venv/bin/jupyter
   exit 1
 }
 
-LAB_PLUGINS=(@jupyter/nbgrader:formgrader @jupyter/nbgrader:course-list @jupyter/nbgrader:create-assignment)
-SERVER_EXTENSIONS=(nbgrader.server_extensions.formgrader nbgrader.server_extensions.course_list)
+LAB_PLUGINS=(@jupyter/nbgrader:formgrader @jupyter/nbgrader:course-list @jupyter/nbgrader:create-assignment
+             @jupyter/nbgrader:validate-assignment)
+SERVER_EXTENSIONS=(nbgrader.server_extensions.formgrader nbgrader.server_extensions.course_list
+                   nbgrader.server_extensions.validate_assignment)
 MARKER="$(dirname "$(dirname "$JUPYTER")")/.instructor-tools-on"  # in the environment; setup.sh reads it
 
 # Run a jupyter command quietly: its log only if it fails.
@@ -32,7 +36,7 @@ case "${1:-on}" in
     jupyter_quiet labextension enable --level=sys_prefix "${LAB_PLUGINS[@]}"
     jupyter_quiet server extension enable --sys-prefix "${SERVER_EXTENSIONS[@]}"
     touch "$MARKER"
-    echo "nbgrader's instructor tools are on in this environment's JupyterLab (formgrader, course list, Create Assignment)."
+    echo "nbgrader's instructor tools are on in this environment's JupyterLab (formgrader, course list, Create Assignment, Validate)."
     echo "Restart JupyterLab to see them; bash scripts/instructor.sh off hides them again."
     ;;
   off)

@@ -206,13 +206,12 @@ def test_students_do_not_see_nbgrader_instructor_tools():
         return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)  # no colours
 
     disabled = listed("labextension").split("Disabled extensions:")[-1]
-    for plugin in ("formgrader", "course-list", "create-assignment"):
+    for plugin in ("formgrader", "course-list", "create-assignment", "validate-assignment"):
         assert f"@jupyter/nbgrader:{plugin}" in disabled
-    for plugin in ("assignment-list", "validate-assignment"):  # the students' own tools
-        assert f"@jupyter/nbgrader:{plugin}" not in disabled
+    assert "@jupyter/nbgrader:assignment-list" not in disabled  # the students' own tool
     server = dict(re.findall(r"nbgrader\.server_extensions\.(\w+) (enabled|disabled)", listed("server", "extension")))
     assert server == {"formgrader": "disabled", "course_list": "disabled", "assignment_list": "enabled",
-                      "validate_assignment": "enabled"}
+                      "validate_assignment": "disabled"}
 
 
 # --- python -m autograder with a Python that lacks torch ----------------------------------------
