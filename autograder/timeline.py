@@ -3,14 +3,15 @@
 Built from the time stamps of the trace: communication calls are spans (from entering the call
 to leaving it), a harness's compute markers (a pipeline stage's forward and backward) are spans,
 optimizer steps and saves are instants. A call a rank never left runs to the end of the picture:
-for a hang, that is where each rank stopped. Plain data, so a report carries it as JSON and
+for a hang, that is where each rank stopped. Rank 0's epochs (its sampler's passes) and optimizer
+steps are numbered above the rows, and a last line says what to look for. Plain data, so a report carries it as JSON and
 renders it as text (terminal, feedback) or as an inline SVG (notebook, nbgrader's HTML).
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 # kind: (glyph in text, colour in pictures, legend)
 KINDS = {
@@ -27,6 +28,11 @@ _SENDS, _RECEIVES = ("send", "isend", "batch_isend_irecv"), ("recv", "irecv")
 _SPANS = {"forward": "forward_done", "backward": "backward_done"}  # harness markers: start -> end
 _INSTANTS = {"optimizer_step": "step", "save": "save", "ddp_forward": "forward"}  # DDP's forward: when it starts
 WIDTH = 60  # columns of the text picture
+LOOK_FOR_A_HANG = ("Where each row ends is where that rank stopped: the calls they are stuck in wait for each "
+                   "other, so the one without a partner on the other rows is the mismatch.")
+LOOK_FOR = ("Read it one step (s) at a time: each call on one row should face its partner on the others (a collective "
+            "on every rank, a send on one and a receive on another); a row unlike the others at the same step is the "
+            "rank to look at.")
 
 
 @dataclass
@@ -43,30 +49,49 @@ class Timeline:
     title: str
     duration: float
     rows: list[list[Span]]  # one per rank
+    marks: list[dict] = field(default_factory=list)  # {"t", "kind": "epoch" or "step", "label"}, from rank 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Timeline":
-        return cls(d["title"], d["duration"], [[Span(**s) for s in row] for row in d["rows"]])
+        return cls(d["title"], d["duration"], [[Span(**s) for s in row] for row in d["rows"]], d.get("marks", []))
+
+    def look_for(self) -> str:
+        return LOOK_FOR_A_HANG if any(s.unfinished for row in self.rows for s in row) else LOOK_FOR
 
     def to_text(self) -> str:
         step = self.duration / WIDTH
         lines = [f"{self.title} (one column = {_ms(step)}):"]
+        width = len(f"  rank {len(self.rows) - 1}  ")
+        for kind in ("epoch", "step"):
+            ruler = _ruler([m for m in self.marks if m.get("kind") == kind], step)
+            if ruler.strip():
+                lines.append(f"  {kind}".ljust(width) + ruler.rstrip())
         for rank, row in enumerate(self.rows):
             cells = [_cell(row, k * step, (k + 1) * step) for k in range(WIDTH)]
             stopped = next((s for s in row if s.unfinished), None)
-            lines.append(f"  rank {rank}  {''.join(cells)}" + (f"  stuck in {stopped.label}" if stopped else ""))
+            lines.append(f"  rank {rank}  ".ljust(width) + "".join(cells)
+                         + (f"  stuck in {stopped.label}" if stopped else ""))
         used = {s.kind for row in self.rows for s in row}
         lines.append("  " + "   ".join(f"{KINDS[k][0]} {KINDS[k][2]}" for k in KINDS if k in used)
                      + "   . nothing traced (computing, or idle)")
+        lines.append(f"  {self.look_for()}")
         return "\n".join(lines)
 
     def to_svg(self) -> str:
-        left, width, height, top = 52, 560, 16, 18
+        left, width, height = 52, 560, 16
+        epochs = [m for m in self.marks if m.get("kind") == "epoch"]
+        top = 32 if epochs else 18
         scale = width / self.duration if self.duration > 0 else 0
         parts = [f"<text x='0' y='12' font-size='11'>{html.escape(self.title)}, {_ms(self.duration)} in all</text>"]
+        bottom = top + len(self.rows) * (height + 4) - 4
+        for m in epochs:  # a line across the rows where rank 0 began each epoch
+            x = left + float(m["t"]) * scale
+            parts.append(f"<line x1='{x:.1f}' y1='{top - 10}' x2='{x:.1f}' y2='{bottom}' stroke='#888' "
+                         f"stroke-dasharray='2,2'/><text x='{x + 2:.1f}' y='{top - 3}' font-size='10' fill='#555'>"
+                         f"{html.escape(str(m['label']))}</text>")
         for rank, row in enumerate(self.rows):
             y = top + rank * (height + 4)
             parts.append(f"<text x='0' y='{y + 12}' font-size='11'>rank {rank}</text>")
@@ -90,8 +115,25 @@ class Timeline:
                 y += 15
                 parts.append(f"<text x='{left}' y='{y}' font-size='11'>rank {rank} never returned from "
                              f"{html.escape(stopped.label)} (dashed)</text>")
+        y += 15
+        parts.append(f"<text x='0' y='{y}' font-size='11'>{html.escape(self.look_for())}</text>")
         return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 10}' height='{y + 6}' "
                 f"font-family='sans-serif'>{''.join(parts)}</svg>")
+
+
+def _ruler(marks: list[dict], step: float) -> str:
+    """The marks' labels at their columns, each where it fits with a space before the next (so steps thin out
+    where they are dense)."""
+    line = [" "] * (WIDTH + 8)
+    free_from = 0
+    for m in sorted(marks, key=lambda m: m["t"]):
+        label = str(m.get("label", ""))
+        column = min(int(float(m["t"]) / step), WIDTH - 1) if step > 0 else 0
+        if column < free_from or column + len(label) > len(line):
+            continue
+        line[column:column + len(label)] = label
+        free_from = column + len(label) + 1
+    return "".join(line)
 
 
 def _cell(row: list[Span], lo: float, hi: float) -> str:
@@ -126,7 +168,21 @@ def of_world(world, title: str, between: tuple[str, str] | None = None) -> Timel
         return None
     shifted = [[Span(max(s.start - t0, 0), min((t1 if s.unfinished else s.end) - t0, t1 - t0), s.kind, s.label,
                      s.unfinished) for s in row] for row in rows]
-    return Timeline(title, t1 - t0, shifted)
+    marks = [{**m, "t": m["t"] - t0} for m in _marks(world.ranks[0].events, between) if t0 <= m["t"] <= t1]
+    return Timeline(title, t1 - t0, shifted, marks)
+
+
+def _marks(events: list[dict], between) -> list[dict]:
+    """A rank's epochs (each pass over its sampler) and optimizer steps, numbered, at their moments."""
+    marks, steps = [], 0
+    for e in _window(events, between):
+        if e.get("kind") == "sampler_iter":
+            epoch = e.get("epoch")
+            marks.append({"t": e["t"], "kind": "epoch", "label": str(epoch) if isinstance(epoch, int) else "?"})
+        elif e.get("kind") == "optimizer_step":
+            steps += 1
+            marks.append({"t": e["t"], "kind": "step", "label": str(steps)})
+    return marks
 
 
 def _start(events: list[dict], between) -> float | None:

@@ -605,11 +605,25 @@ def test_the_course_s_own_runs_are_drawn_as_such_not_as_the_students():
     assert "Your run" not in report.to_text()
 
 
+def test_the_timeline_numbers_epochs_and_steps_and_says_what_to_look_for():
+    report = graded("2.3", "correct_tutorial")
+    drawn = Timeline.from_dict(report.timeline)
+    epochs = [m["label"] for m in drawn.marks if m["kind"] == "epoch"]
+    steps = [m for m in drawn.marks if m["kind"] == "step"]
+    assert epochs == ["0", "1", "2"] and len(steps) == sum(s.kind == "step" for s in drawn.rows[0])
+    lines = report.to_text().splitlines()
+    ruler = next(line for line in lines if line.startswith("  epoch "))
+    row = next(line for line in lines if line.startswith("  rank 0 "))
+    assert ruler.split() == ["epoch", "0", "1", "2"] and len(ruler) <= len(row)
+    assert any(line.startswith("  step ") for line in lines) and "Read it one step (s) at a time" in report.to_text()
+    assert report._repr_html_().count("stroke-dasharray='2,2'") == 3  # a line where each epoch began
+
+
 def test_the_timeline_of_a_hang_shows_where_each_rank_stopped():
     report = graded("1.2", "wrong_sends_before_receiving")
     drawn = Timeline.from_dict(report.timeline)
     assert all(any(s.unfinished and s.kind == "send" for s in row) for row in drawn.rows)
-    assert "stuck in send #1 to rank 1" in report.to_text()
+    assert "stuck in send #1 to rank 1" in report.to_text() and "Where each row ends is where" in report.to_text()
 
 
 def handed_out(exercise_id: str, notebook: str, name: str):
