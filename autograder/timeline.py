@@ -11,6 +11,7 @@ renders it as text (terminal, feedback) or as an inline SVG (notebook, nbgrader'
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import asdict, dataclass, field
 
 # kind: (glyph in text, colour in pictures, legend)
@@ -86,12 +87,6 @@ class Timeline:
         top = 32 if epochs else 18
         scale = width / self.duration if self.duration > 0 else 0
         parts = [f"<text x='0' y='12' font-size='11'>{html.escape(self.title)}, {_ms(self.duration)} in all</text>"]
-        bottom = top + len(self.rows) * (height + 4) - 4
-        for m in epochs:  # a line across the rows where rank 0 began each epoch
-            x = left + float(m["t"]) * scale
-            parts.append(f"<line x1='{x:.1f}' y1='{top - 10}' x2='{x:.1f}' y2='{bottom}' stroke='#888' "
-                         f"stroke-dasharray='2,2'/><text x='{x + 2:.1f}' y='{top - 3}' font-size='10' fill='#555'>"
-                         f"{html.escape(str(m['label']))}</text>")
         for rank, row in enumerate(self.rows):
             y = top + rank * (height + 4)
             parts.append(f"<text x='0' y='{y + 12}' font-size='11'>rank {rank}</text>")
@@ -102,6 +97,12 @@ class Timeline:
                 stroke = " stroke='black' stroke-dasharray='3,2'" if s.unfinished else ""
                 parts.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{height}' fill='{KINDS[s.kind][1]}'"
                              f"{stroke}><title>{title}</title></rect>")
+        bottom = top + len(self.rows) * (height + 4) - 4
+        for m in epochs:  # a line across the rows where rank 0 began each epoch
+            x = left + float(m["t"]) * scale
+            parts.append(f"<line x1='{x:.1f}' y1='{top - 10}' x2='{x:.1f}' y2='{bottom}' stroke='#444' "
+                         f"stroke-dasharray='2,2'/><text x='{x + 2:.1f}' y='{top - 3}' font-size='10' fill='#444'>"
+                         f"epoch {html.escape(str(m['label']))}</text>")
         y = top + len(self.rows) * (height + 4) + 12
         used = [k for k in KINDS if any(s.kind == k for row in self.rows for s in row)]
         x = left
@@ -115,8 +116,9 @@ class Timeline:
                 y += 15
                 parts.append(f"<text x='{left}' y='{y}' font-size='11'>rank {rank} never returned from "
                              f"{html.escape(stopped.label)} (dashed)</text>")
-        y += 15
-        parts.append(f"<text x='0' y='{y}' font-size='11'>{html.escape(self.look_for())}</text>")
+        for line in textwrap.wrap(self.look_for(), 105):
+            y += 15
+            parts.append(f"<text x='0' y='{y}' font-size='11'>{html.escape(line)}</text>")
         return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 10}' height='{y + 6}' "
                 f"font-family='sans-serif'>{''.join(parts)}</svg>")
 
