@@ -29,6 +29,15 @@ def sampler_shares(dataset, world_size: int, epoch: int, seed: int = 0) -> list[
     return shares
 
 
+def nearest_samples(values, dataset: TensorDataset) -> tuple[list[int], float]:
+    """The dataset's sample nearest each row of ``values`` (numbers a model was given, rows of the dataset's
+    width), and how far the farthest row was from its sample: a row that is no sample is far from all."""
+    features = dataset.tensors[0].double()
+    rows = torch.as_tensor(values, dtype=torch.float64).reshape(-1, features.shape[1])
+    distance, index = torch.cdist(rows, features).min(dim=1)
+    return index.tolist(), distance.max().item()
+
+
 def ddp_training(dataset: TensorDataset, world_size: int, epochs: int, batch_size: int, lr: float,
                  model_seed: int = 0) -> torch.Tensor:
     """Final parameters of a DDP run with DistributedSampler + set_epoch, trained with SGD."""

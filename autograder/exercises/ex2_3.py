@@ -21,7 +21,7 @@ from autograder.checks import (
 )
 from autograder.exercises import Exercise
 from autograder.launch import Layout
-from autograder.reference import ddp_training, flat, training_on_shares
+from autograder.reference import ddp_training, flat, nearest_samples, training_on_shares
 from ddpcourse import TinyNet, make_model, toy_dataset
 
 N, EPOCHS, BATCH, LR = 96, 3, 8, 0.1
@@ -55,18 +55,17 @@ def drawn_reference(world) -> torch.Tensor:
 def _fed_batches(world) -> list[list[list[int]]] | None:
     """Each training step's batch on every rank, as dataset indices, from the rows DDP's forward was given
     ([step][rank] -> indices); None where a row is no sample of the dataset or the ranks stepped unequally."""
-    features = toy_dataset(n=N, seed=0).tensors[0].double()
+    dataset = toy_dataset(n=N, seed=0)
     per_rank = []
     for r in world.ranks:
         steps = []
         for e in r.of("ddp_forward"):
             if not e.get("sync") or not e.get("inputs"):
                 continue
-            rows = torch.tensor(e["inputs"], dtype=torch.float64).reshape(-1, features.shape[1])
-            distance, index = torch.cdist(rows, features).min(dim=1)
-            if distance.max() > 1e-5:
+            indices, farthest = nearest_samples(e["inputs"], dataset)
+            if farthest > 1e-5:
                 return None
-            steps.append(index.tolist())
+            steps.append(indices)
         per_rank.append(steps)
     if not per_rank or len({len(s) for s in per_rank}) != 1 or not per_rank[0]:
         return None
