@@ -44,6 +44,7 @@ COLLECTIVES = (
     "reduce_scatter", "reduce_scatter_tensor", "barrier", "all_gather_object",
     "broadcast_object_list", "gather", "scatter", "all_to_all", "all_to_all_single",
     "monitored_barrier", "all_reduce_coalesced", "all_gather_coalesced", "gather_object", "scatter_object_list",
+    "all_gather_single", "reduce_scatter_single",
 )
 POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 _ENGINE_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))

@@ -37,7 +37,8 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
         "3.5": "the code runs to the end on every rank at every world size",
         "3.6": "the code runs to the end on every rank at every world size",
-        "3.7": "the code runs to the end on every rank at every world size"}
+        "3.7": "the code runs to the end on every rank at every world size",
+        "3.8": "the code runs to the end on every rank at every world size"}
 
 # (exercise, wrong submission) -> the checks that name its mistake: exactly these fail. A control that
 # crashes or hangs also fails "runs to the end"; the checks it leaves unjudged say so and fail nothing.
@@ -57,6 +58,9 @@ TP_COMMUNICATION = ("communication: one all-reduce of the output forward, one of
 MEMORY = "parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism"
 ADAM = "Adam's state on the busiest rank, for every scheme"
 OVERLAP_MEAN = "after finish_gradient_synchronization every gradient is the mean over the ranks"
+TOWER_FITS = "no rank ever holds more than the device's 112,000 bytes while building and loading"
+TOWER_RESHARD = "reshard_after_forward reaches every block: with False each stays gathered from forward to backward"
+TOWER_PREDICTION = "predict says what one step gathers, and whether it fits, at world size 2"
 BUCKETS = "one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel"
 OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
            "and runs while backward goes on")
@@ -164,6 +168,19 @@ CAUGHT_BY = {
                                                "Adam's there"},
     ("3.7", "wrong_summed_gradients"): {"after every step every rank's parameters equal DDP with Adam"},
     ("3.7", "wrong_no_all_gather"): {"the updated shares reach every rank by an all-gather"},
+    ("3.8", "wrong_built_on_cpu"): {TOWER_FITS},
+    ("3.8", "wrong_to_empty_before_sharding"): {TOWER_FITS},
+    ("3.8", "wrong_broadcast_all_at_once"): {TOWER_FITS},
+    ("3.8", "wrong_initialised_not_loaded"): {"after build, every rank's shards hold exactly the checkpoint's weights"},
+    ("3.8", "wrong_no_broadcast_from_rank0"): {RUNS["3.8"]},
+    ("3.8", "wrong_bfloat16_compute"): {"training the built model equals plain Adam on one process, from the "
+                                        "checkpoint's weights"},
+    ("3.8", "wrong_reshard_ignored"): {TOWER_RESHARD},
+    ("3.8", "wrong_reshard_on_root_only"): {TOWER_RESHARD},
+    ("3.8", "wrong_root_only"): {"build returns the Tower, fully_shard on every block and then the root, each rank "
+                                 "storing about 1/W"},
+    ("3.8", "wrong_prediction_forgets_the_root"): {TOWER_PREDICTION},
+    ("3.8", "wrong_prediction_fits_without_resharding"): {TOWER_PREDICTION},
     ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns", OVERLAP_MEAN},
     ("2.7", "wrong_never_waits_nor_copies_back"): {"every all-reduce is waited for before finish_gradient_synchronization returns",
                                                    OVERLAP_MEAN},

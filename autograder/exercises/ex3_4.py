@@ -25,7 +25,9 @@ def _work(runs):
         return "no rank got as far as training: setup never returned"
 
 
-def _sharded(runs):
+def _sharded(runs, model=MLP):
+    """Every parameter of the `model` class a DTensor, each rank storing at most its 1/W of it."""
+    rows_of = {n: p.shape[0] for n, p in model().named_parameters()}
     for world in sorted(runs, key=lambda w: -w.world_size):
         w = world.world_size
         for r in world.ranks:
@@ -36,22 +38,17 @@ def _sharded(runs):
                         f"{'is a plain tensor' if len(plain) == 1 else 'are plain tensors'}, not a sharded DTensor: "
                         "fully_shard was not applied to the module that holds it")
             for p in params:
-                rows = _rows(p["name"]) or p["numel"]
+                rows = rows_of.get(p["name"]) or p["numel"]
                 most = -(-rows // w) * (p["numel"] // rows)  # FSDP cuts along the first dimension
                 if p["local"] > most:
                     return (f"world size {w}: rank {r.rank} stores {p['local']} of {p['name']}'s {p['numel']} "
                             f"values, more than 1/{w} of them ({p['placements']})")
 
 
-def _rows(name: str) -> int:
-    """The first dimension of the MLP's parameter `name` (FSDP shards along it)."""
-    return dict((n, p.shape[0]) for n, p in MLP().named_parameters()).get(name, 0)
-
-
-def _every_block_and_root(runs):
+def _every_block_and_root(runs, blocks=BLOCKS):
     for world, r in each_rank(runs):
         fsdp = set((r.first("sharded") or {}).get("fsdp", []))
-        missing = [b for b in BLOCKS if b not in fsdp]
+        missing = [b for b in blocks if b not in fsdp]
         if missing:
             return (f"{world.label}: on rank {r.rank}, block(s) {', '.join(missing)} have no "
                     "fully_shard of their own: the whole model is gathered at once, so no rank ever holds less "
