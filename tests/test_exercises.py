@@ -171,6 +171,7 @@ CAUGHT_BY = {
     ("3.8", "wrong_built_on_cpu"): {TOWER_FITS},
     ("3.8", "wrong_to_empty_before_sharding"): {TOWER_FITS},
     ("3.8", "wrong_broadcast_all_at_once"): {TOWER_FITS},
+    ("3.8", "wrong_hides_the_whole_model_from_the_measurement"): {TOWER_FITS},
     ("3.8", "wrong_initialised_not_loaded"): {"after build, every rank's shards hold exactly the checkpoint's weights"},
     ("3.8", "wrong_no_broadcast_from_rank0"): {RUNS["3.8"]},
     ("3.8", "wrong_bfloat16_compute"): {"training the built model equals plain Adam on one process, from the "

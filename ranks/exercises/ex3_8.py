@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from ddpcourse.given.ex3_8 import CAPACITY, CHECKPOINT, LR, batches, tower
+from ddpcourse.given.ex3_8 import CAPACITY, CHECKPOINT, LR, Tower, batches, tower
 from ranks.exercises.ex3_4 import _full
 from ranks.rig import device_for, join_group, raised
 from ranks.trace import STUDENT_FILE, caller, plain
@@ -59,13 +59,30 @@ def _student_line() -> str:
 
 def _built(student, rec, label: str, *args):
     """What the student's build returned (None if not a module), the peak of what it allocated recorded under
-    `label`. An error in build ends the rank, told as a crash from the student's line."""
-    mode = Allocated()
-    with mode:
-        model = student.build(*args)
-        intact = _get_current_dispatch_mode() is mode
-    rec.event(label, peak=mode.peak, where=mode.past_capacity or mode.where, measured=intact and mode.ops > 0,
-              type=type(model).__name__, tower=isinstance(model, type(tower(0))))
+    `label`. An error in build ends the rank, told as a crash from the student's line. A Tower constructed with
+    its parameters allocated counts as that many bytes held, whatever the measurement saw (a second witness)."""
+    mode, constructed = Allocated(), []
+    original = Tower.__init__
+
+    def noting(self, *a, **k):
+        original(self, *a, **k)
+        real = [p for p in self.parameters() if p.device.type != "meta"]
+        if real:
+            constructed.append((sum(p.numel() * p.element_size() for p in real), _student_line()))
+
+    Tower.__init__ = noting
+    try:
+        with mode:
+            model = student.build(*args)
+            intact = _get_current_dispatch_mode() is mode
+    finally:
+        Tower.__init__ = original
+    peak, where = mode.peak, mode.past_capacity or mode.where
+    for size, line in constructed:
+        if size > peak:
+            peak, where = size, f"{line} (the Tower built with its parameters allocated)"
+    rec.event(label, peak=peak, where=where, measured=intact and mode.ops > 0,
+              type=type(model).__name__, tower=isinstance(model, Tower))
     return model if isinstance(model, torch.nn.Module) else None
 
 
