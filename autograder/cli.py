@@ -1,9 +1,11 @@
-"""Command line: `python -m autograder list` and `python -m autograder grade EXERCISE PATH`."""
+"""Command line: `python -m autograder list`, `python -m autograder grade EXERCISE PATH`, and
+`python -m autograder class ASSIGNMENT --course DIR` (a whole class into nbgrader's gradebook)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -42,6 +44,13 @@ def parser() -> argparse.ArgumentParser:
                    help="run the submission in the sandbox: where it works (auto, the default), or refuse "
                         "to grade without it (required), or never (off)")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    k = sub.add_parser("class", help="autograde every submission of an nbgrader assignment, several at once, "
+                                     "into the course's gradebook")
+    k.add_argument("assignment", help="the assignment, e.g. ps2")
+    k.add_argument("--course", default=".", help="the nbgrader course directory (default: here)")
+    k.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks graded at once (default: one "
+                                                                           "per CPU)")
+    k.add_argument("--force", action="store_true", help="grade again the students nbgrader has autograded already")
     return p
 
 
@@ -74,6 +83,16 @@ def _main(argv: list[str] | None) -> int:
         from autograder.server import serve
 
         return serve(Path(args.root))
+    if args.command == "class":
+        from pathlib import Path
+
+        from autograder.class_grading import grade_class
+
+        if args.jobs < 1:
+            print("autograder: --jobs must be 1 or more", file=sys.stderr)
+            return 2
+        return grade_class(Path(args.course), args.assignment, args.jobs, args.force,
+                           say=lambda line: print(line, flush=True))
     from autograder.engine import grade_each  # imports torch: only when grading
 
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))

@@ -24,11 +24,12 @@ allows it: ``c.GradeInSandbox.allow_without_sandbox = True`` in nbgrader_config.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool
+from traitlets import Bool, Unicode
 
 from autograder.source import MAGIC, UsageError, as_notebook, magic_id
 
@@ -41,11 +42,29 @@ class GradeInSandbox(Preprocessor):
         False, help="Grade even where the sandbox cannot run (the submission then runs as you, beside the gradebook)."
     ).tag(config=True)
 
+    graded_store = Unicode(
+        "", help="A folder of check cells already graded (`python -m autograder class` fills it): a cell found "
+                 "there, graded from the same code by the same grader, is not graded again."
+    ).tag(config=True)
+
     def preprocess(self, nb, resources):
         """Grade every check cell of one student's notebook, with one sandboxed rank host for all of them."""
+        cells = exercise_cells(nb)
+        checks = [c for c in nb.cells if c.cell_type == "code" and _is_check_cell(c)]
+        kept = {id(c): self.kept_output(c.source, cells) for c in checks}
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        with self.session() if None in kept.values() else contextlib.nullcontext():  # no host for nothing to grade
+            for cell in checks:
+                cell.outputs = [kept[id(cell)] or self.graded_output(cell.source, cells)]
+        return nb, resources
+
+    @contextlib.contextmanager
+    def session(self):
+        """Rank hosts and a folder for one student's notebook, which nothing graded before it touched."""
         from autograder import engine
 
-        cells = {magic_id(c.source): c.source for c in nb.cells if c.cell_type == "code" and magic_id(c.source)}
         with tempfile.TemporaryDirectory(prefix="autograder-nbgrader-") as tmp, engine.Hosts(self._mode()) as hosts:
             self.folder, self.hosts = Path(tmp), hosts
             try:
@@ -55,21 +74,23 @@ class GradeInSandbox(Preprocessor):
                                    "c.GradeInSandbox.allow_without_sandbox = True in nbgrader_config.py") from None
             except Exception:
                 pass  # each check cell's grading starts a host again, and says what failed
-            for cell in nb.cells:
-                if cell.cell_type == "code":
-                    cell.outputs, cell.execution_count = [], None
-                if cell.cell_type == "code" and _is_check_cell(cell):
-                    cell.outputs = [self.grade_cell(cell.source, cells)]
-        return nb, resources
+            yield
 
     def _mode(self) -> str:
         return "auto" if self.allow_without_sandbox else "required"
 
-    def grade_cell(self, source: str, cells: dict[str, str]) -> dict:
+    def kept_output(self, source: str, cells: dict[str, str]):
+        """The check cell's output as the graded store keeps it, or None (no store, or not graded there)."""
+        from autograder.class_grading import Store
+
+        return Store(Path(self.graded_store)).get(Store.key(source, cells)) if self.graded_store else None
+
+    def graded_output(self, source: str, cells: dict[str, str]) -> dict:
         from nbformat.v4 import new_output
 
         from autograder.notebook import CheckOutcome
 
+        self.grader_failed = False  # set by grade: the output says the grader itself failed, not the code
         call = check_call(source)
         if call is None:
             outcome = CheckOutcome("?", message="this check cell does not say which exercise to check")
@@ -97,9 +118,15 @@ class GradeInSandbox(Preprocessor):
             return CheckOutcome(exercise_id, message=str(exc))
         except Exception as exc:  # the grader's own failure costs this cell, never the notebook's other cells
             self.log.error("exercise %s: the grader failed: %s", exercise_id, exc)
+            self.grader_failed = True
             return CheckOutcome(exercise_id, message=f"the grader failed ({type(exc).__name__}): {str(exc)[:300]}")
         self.log.info("exercise %s: %s/%s", exercise_id, report.score, report.max_score)
         return CheckOutcome(exercise_id, report)
+
+
+def exercise_cells(nb) -> dict[str, str]:
+    """The notebook's exercise cells by exercise id (the cells that start with `%%exercise ID`)."""
+    return {magic_id(c.source): c.source for c in nb.cells if c.cell_type == "code" and magic_id(c.source)}
 
 
 def _is_check_cell(cell) -> bool:

@@ -57,17 +57,22 @@ def processes_in(folder: Path) -> list[str]:
     return found
 
 
-def graded_class(root: Path, source: Path, assignment: str, class_of) -> Path:
-    """Release `source` as `assignment`, hand in `class_of(released, solutions, correct answers)`
-    (student -> notebook), autograde, give feedback and export, all inside `root`."""
+def nbgrader_in(root: Path):
+    """`nbgrader ARGS` run in the course `root`, its temporary and runtime directories inside it."""
     env = script("release").tool_environment(TMPDIR=str(root / "tmp"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
-    (root / "tmp").mkdir()
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
 
     def nbgrader(*args):
         done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return nbgrader, env
 
+
+def handed_in_class(root: Path, source: Path, assignment: str, class_of) -> Path:
+    """Release `source` as `assignment` in the course `root`, and hand in `class_of(released, solutions, correct
+    answers)` (student -> notebook)."""
+    nbgrader, _ = nbgrader_in(root)
     shutil.copy(ROOT / "nbgrader_config.py", root)
     if sandbox.probe()[0] is None:  # say so, as an instructor must, or autograding refuses
         with open(root / "nbgrader_config.py", "a") as f:
@@ -87,7 +92,13 @@ def graded_class(root: Path, source: Path, assignment: str, class_of) -> Path:
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / source.name)
+    return root
 
+
+def graded_class(root: Path, source: Path, assignment: str, class_of) -> Path:
+    """The class handed in (handed_in_class), autograded, given feedback and exported, all inside `root`."""
+    handed_in_class(root, source, assignment, class_of)
+    nbgrader, _ = nbgrader_in(root)
     nbgrader("autograde", assignment)
     nbgrader("generate_feedback", assignment)
     nbgrader("export")
