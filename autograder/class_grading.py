@@ -228,7 +228,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def grade_class(course: Path, assignment: str, jobs: int, force: bool = False, say=print) -> int:
+def grade_class(course: Path, assignment: str, jobs: int, force: bool = False, slurm: bool = False, say=print) -> int:
     """Grade every submitted notebook of `assignment` with `jobs` graders at once, then record the grades with
     nbgrader autograde. Returns nbgrader's exit status."""
     course = course.resolve()
@@ -246,9 +246,17 @@ def grade_class(course: Path, assignment: str, jobs: int, force: bool = False, s
     store = course / STORE / assignment
     todo = [n for n in submissions(course, assignment, force) if n.path.stem in checks
             and not _all_kept(Store(store), n.path, checks[n.path.stem])]
-    say(f"{len(todo)} notebook(s) of {assignment} to grade, {jobs} at a time; graded cells are kept in {store}")
+    where = "as a Slurm job array" if slurm else "here"
+    say(f"{len(todo)} notebook(s) of {assignment} to grade {where}, {jobs} at a time; graded cells are kept in {store}")
     try:
-        graded = _grade_all(todo, checks, str(config_file), str(store), jobs, Progress(len(todo), say)) if todo else 0
+        graded = 0
+        if todo and slurm:
+            graded = _grade_on_slurm(todo, checks, str(config_file), store, jobs, assignment, say)
+            todo = [n for n in todo if not _all_kept(Store(store), n.path, checks[n.path.stem])]
+            if todo:
+                say(f"{len(todo)} notebook(s) not graded by the job array: graded here")
+        if todo:
+            graded += _grade_all(todo, checks, str(config_file), str(store), jobs, Progress(len(todo), say))
     except KeyboardInterrupt:
         say("interrupted: what was graded is kept; the same command goes on from there")
         return 130
@@ -292,3 +300,56 @@ def _grade_all(todo: list[Notebook], checks: dict, config_file: str, store: str,
                 progress.one(f"{notebook.label}: {score:g}/{most:g} points")
         left = retry
     return graded
+
+
+def _grade_on_slurm(todo: list[Notebook], checks: dict, config_file: str, store: Path, jobs: int, assignment: str,
+                    say) -> int:
+    """Every notebook as one task of a Slurm job array (at most `jobs` at once), on whichever nodes Slurm gives;
+    the course directory must be where the nodes see it. Progress from each task's line in the store. Returns
+    how many cells were graded; a task that failed leaves its notebook to be graded here."""
+    store.mkdir(parents=True, exist_ok=True)
+    manifest = store / f"array-{os.getpid()}.json"
+    done = store / f"array-{os.getpid()}"
+    done.mkdir()
+    manifest.write_text(json.dumps({"config": config_file, "store": str(store), "done": str(done),
+                                    "notebooks": [[str(n.path), checks[n.path.stem]] for n in todo]}))
+    command = ["sbatch", "--parsable", "--wait", f"--array=0-{len(todo) - 1}%{jobs}", "--ntasks=1",
+               f"--job-name=autograde-{assignment}", f"--output={store}/slurm-%A_%a.out",
+               f"--wrap={sys.executable} -m autograder.class_grading {manifest} $SLURM_ARRAY_TASK_ID"]
+    array = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = array.stdout.readline().strip().split(";")[0]
+    progress, told = Progress(len(todo), say), set()
+    try:
+        while True:
+            finished = array.poll() is not None
+            for line in sorted(done.glob("*.json")):
+                if line.name not in told:
+                    told.add(line.name)
+                    progress.one(json.loads(line.read_text())["line"])
+            if finished:
+                break
+            time.sleep(0.5)
+    except BaseException:
+        subprocess.run(["scancel", job], capture_output=True)
+        array.kill()
+        raise
+    if array.returncode != 0:
+        say(f"the job array {job} ended with {array.returncode}: {array.stderr.read().strip()[:500]}")
+    return sum(json.loads(p.read_text())["graded"] for p in done.glob("*.json"))
+
+
+def _array_task(manifest: str, index: int):
+    """One task of the job array: grade one notebook into the store, then leave a line for the progress."""
+    plan = json.loads(Path(manifest).read_text())
+    path, checks = plan["notebooks"][index]
+    _warm()
+    score, most, graded = grade_notebook(plan["config"], plan["store"], path, checks)
+    notebook = Notebook(Path(path).parent.parent.name, Path(path))
+    line = f"{notebook.label}: {score:g}/{most:g} points (node {os.environ.get('SLURMD_NODENAME', '?')})"
+    result = Path(plan["done"]) / f"{index}.json"
+    result.with_suffix(".tmp").write_text(json.dumps({"line": line, "graded": graded}))
+    os.replace(result.with_suffix(".tmp"), result)
+
+
+if __name__ == "__main__":
+    _array_task(sys.argv[1], int(sys.argv[2]))

@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks graded at once (default: one "
                                                                            "per CPU)")
     k.add_argument("--force", action="store_true", help="grade again the students nbgrader has autograded already")
+    k.add_argument("--slurm", action="store_true", help="grade as a Slurm job array (the course directory where "
+                                                          "every node sees it), then record here")
     return p
 
 
@@ -91,7 +93,7 @@ def _main(argv: list[str] | None) -> int:
         if args.jobs < 1:
             print("autograder: --jobs must be 1 or more", file=sys.stderr)
             return 2
-        return grade_class(Path(args.course), args.assignment, args.jobs, args.force,
+        return grade_class(Path(args.course), args.assignment, args.jobs, args.force, args.slurm,
                            say=lambda line: print(line, flush=True))
     from autograder.engine import grade_each  # imports torch: only when grading
 

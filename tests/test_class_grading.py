@@ -1,6 +1,6 @@
-"""`python -m autograder class`: a whole class graded several notebooks at once, into nbgrader's gradebook exactly as
-`nbgrader autograde` puts it there; interrupted, it goes on where it stopped; a grader process that dies costs
-nothing but time; nothing is left running.
+"""`python -m autograder class`: a whole class graded several notebooks at once, here or as a Slurm job array, into
+nbgrader's gradebook exactly as `nbgrader autograde` puts it there; interrupted, it goes on where it stopped; a
+grader process that dies costs nothing but time; nothing is left running.
 
 The class (problem set 1): `correct` hands in the solutions, `wrong` a 1.2 whose ranks all send to rank 0, `empty`
 the released notebook. One copy of it is autograded by nbgrader, one notebook after another; every test grades
@@ -111,6 +111,29 @@ def test_a_grader_process_that_dies_costs_only_time(handed, tmp_path, no_leftove
     assert run.wait(timeout=600) == 0, said
     assert grades(course) == handed[1], said
     assert "recording with nbgrader autograde ps1 (" in said and "not graded here" not in said, said
+
+
+def slurm_conf() -> str | None:
+    """The course's Slurm (scripts/slurm.sh start), where it runs with both its nodes up."""
+    conf = os.environ.get("SLURM_CONF") or "/tmp/ddpcourse-slurm/slurm.conf"
+    if not shutil.which("sbatch") or not Path(conf).exists():
+        return None
+    up = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env={**os.environ, "SLURM_CONF": conf},
+                        capture_output=True, text=True, timeout=30)
+    nodes = {line.split()[0] for line in up.stdout.splitlines() if "idle" in line or "mix" in line or "alloc" in line}
+    return conf if up.returncode == 0 and len(nodes) >= 2 else None
+
+
+@pytest.mark.skipif(slurm_conf() is None, reason="no Slurm with two nodes up here (bash scripts/slurm.sh start, as root)")
+def test_a_class_graded_as_a_slurm_job_array_gets_nbgraders_grades(handed, tmp_path, no_leftover_processes):
+    course = copy_of(handed, tmp_path)
+    env = {**nbgrader_in(course)[1], "SLURM_CONF": slurm_conf()}
+    done = subprocess.run([sys.executable, "-m", "autograder", "class", ASSIGNMENT, "--course", str(course),
+                           "--slurm", "--jobs", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "as a Slurm job array" in done.stdout and "(node n" in done.stdout, done.stdout
+    assert "not graded by the job array" not in done.stdout, done.stdout
+    assert grades(course) == handed[1]
 
 
 def command_line(pid: int) -> bytes:
