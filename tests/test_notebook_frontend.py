@@ -172,6 +172,20 @@ time.sleep(600)
 """
 
 
+def described(pids) -> list[str]:
+    """Each process as `pid state: command line`, and where its main thread waits: what a failure must say."""
+    found = []
+    for pid in sorted(pids):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+            command = command_line(pid).replace(b"\0", b" ").decode(errors="replace")[:200]
+            found.append(f"{pid} {state} in {wchan}: {command}")
+        except OSError:
+            found.append(f"{pid} gone")
+    return found
+
+
 def test_a_kernel_killed_mid_check_leaves_no_grader_no_ranks_and_no_files(tmp_path):
     slow = tmp_path / "slow.py"
     slow.write_text(WRONG_2_4.read_text() + "\nimport time\ntime.sleep(60)\n")
@@ -189,7 +203,7 @@ def test_a_kernel_killed_mid_check_leaves_no_grader_no_ranks_and_no_files(tmp_pa
         deadline = time.monotonic() + 15
         while (alive(grading) or Path(root).exists()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert alive(grading) == set(), "the grader or its ranks outlived the kernel"
+        assert alive(grading) == set(), f"the grader or its ranks outlived the kernel: {described(alive(grading))}"
         assert not Path(root).exists() and not Path(f"{root}.log").exists()
     finally:
         if kernel.poll() is None:
