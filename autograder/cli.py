@@ -1,5 +1,5 @@
-"""Command line: `python -m autograder list`, `python -m autograder grade EXERCISE PATH`, and
-`python -m autograder class ASSIGNMENT --course DIR` (a whole class into nbgrader's gradebook)."""
+"""Command line: `python -m autograder list`, `grade EXERCISE PATH`, `progress [FOLDER]` (a student's best scores),
+and `class ASSIGNMENT --course DIR` (a whole class into nbgrader's gradebook)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
                    help="run the submission in the sandbox: where it works (auto, the default), or refuse "
                         "to grade without it (required), or never (off)")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    pr = sub.add_parser("progress", help="your best score of every exercise so far, and what to do next")
+    pr.add_argument("folder", nargs="?", default="exercises", help="the folder of your notebooks (default: exercises)")
     k = sub.add_parser("class", help="autograde every submission of an nbgrader assignment, several at once, "
                                      "into the course's gradebook")
     k.add_argument("assignment", help="the assignment, e.g. ps2")
@@ -85,6 +87,13 @@ def _main(argv: list[str] | None) -> int:
         from autograder.server import serve
 
         return serve(Path(args.root))
+    if args.command == "progress":
+        from pathlib import Path
+
+        from autograder import progress
+
+        print(progress.to_text(Path(args.folder).resolve(), exercises.ids()))
+        return 0
     if args.command == "class":
         from pathlib import Path
 
@@ -105,6 +114,7 @@ def _main(argv: list[str] | None) -> int:
     except UsageError as exc:
         print(f"autograder: {exc}", file=sys.stderr)
         return 2
+    _note_progress(args, reports)
     if args.json:
         print(reports[0].to_json() if len(reports) == 1 else json.dumps(_course_summary(reports)))
     else:
@@ -113,6 +123,23 @@ def _main(argv: list[str] | None) -> int:
             total = _course_summary(reports)
             print(f"\nTotal: {total['score']:g}/{total['max_score']:g} points over {len(reports)} exercises")
     return 0 if all(r.all_passed for r in reports) else 1
+
+
+def _note_progress(args, reports):
+    """A student's own check of their notebook counts in their progress file, beside it (progress.py); not a grading
+    on other data (--seed), nor one of a .py file outside a notebook folder."""
+    from pathlib import Path
+
+    from autograder import progress
+
+    path = Path(args.path)
+    if args.seed != 0 or path.suffix != ".ipynb":
+        return
+    for report in reports:
+        try:
+            progress.record(path.resolve().parent, report)
+        except OSError:
+            pass
 
 
 def _course_summary(reports) -> dict:

@@ -257,6 +257,20 @@ def test_exercise_report_in_jupyterlab(lab, page):
     assert earned == possible, text
     assert "Hint" not in text
 
+    # a new cell under the check: progress() shows both checks as the best one, and what to do next
+    check.locator(".cm-content").click()
+    for key in ("Escape", "b", "Enter"):
+        page.keyboard.press(key)
+    page.keyboard.insert_text("progress()")
+    page.keyboard.press("Shift+Enter")
+    shown = page.locator(".autograder-progress")
+    shown.wait_for(timeout=60_000)
+    row = shown.locator("tr", has_text="2.4")
+    assert f"{possible:g}/{possible:g}" in row.inner_text() and "2" in row.locator("td").last.inner_text(), \
+        row.inner_text()
+    assert "next: start exercise 1.0" in shown.inner_text()
+    shown.screenshot(path=SHOTS / "progress.png")
+
 
 def test_pipeline_report_draws_the_students_run(lab, page):
     open_notebook(page, lab, "exercises/01_parallelism.ipynb")

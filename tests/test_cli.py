@@ -90,3 +90,40 @@ def test_grade_all_grades_the_exercises_the_notebook_holds():
          "Exercise 1.5"]
     refused = run("grade", "all", "README.md")
     assert refused.returncode == 2 and "is not one" in refused.stderr
+
+
+def test_a_students_checks_are_noted_beside_the_notebook_and_progress_shows_the_best_and_what_next(tmp_path):
+    from conftest import handed_in
+
+    released = ROOT / "exercises" / "02_ddp_basics.ipynb"
+    notebook = tmp_path / released.name
+    progress_file = tmp_path / "ddp-course-progress.json"
+
+    def hand_in(code: str | None):
+        nbformat.write(handed_in(released, {"2.4": code} if code else {}), notebook)
+
+    def kept() -> dict:
+        return json.loads(progress_file.read_text())["exercises"]
+
+    hand_in(None)
+    run("grade", "2.4", str(notebook))
+    assert not progress_file.exists(), "an exercise as handed out is not a check of the student's work"
+    hand_in((SUBMISSIONS / "ex2_4" / "correct_strided.py").read_text())
+    assert run("grade", "2.4", str(notebook)).returncode == 0
+    hand_in((SUBMISSIONS / "ex2_4" / "wrong_mean_of_accuracies.py").read_text())
+    assert run("grade", "2.4", str(notebook)).returncode == 1
+    assert run("grade", "2.4", str(notebook), "--seed", "7").returncode == 1  # another grading, not the student's
+    entry = kept()["2.4"]
+    assert entry["best"] == entry["max"] == 14 and entry["last"] < 14 and entry["checks_run"] == 2, entry
+    assert entry["failing"] == ["accuracy equals the single-process accuracy"], entry
+
+    shown = run("progress", str(tmp_path))
+    assert shown.returncode == 0
+    assert "done 2.4  best 14/14" in shown.stdout and "1.1  not checked yet" in shown.stdout, shown.stdout
+    assert "next: start exercise 1.0" in shown.stdout, shown.stdout
+
+    progress_file.write_text("{ not json")  # the student's file, edited by hand: read as nothing, then kept again
+    assert "next: start exercise 1.0" in run("progress", str(tmp_path)).stdout
+    run("grade", "2.4", str(notebook))
+    assert kept()["2.4"]["checks_run"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [notebook.name, progress_file.name])

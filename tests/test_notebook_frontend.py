@@ -22,7 +22,7 @@ WRONG_2_4 = ROOT / "tests" / "submissions" / "ex2_4" / "wrong_mean_of_accuracies
 SCRIPT_2_3 = ROOT / "tests" / "submissions" / "ex2_3" / "correct_tutorial.py"
 
 CELLS = {
-    "setup": "%load_ext autograder\nfrom autograder.notebook import check",
+    "setup": "%load_ext autograder\nfrom autograder.notebook import check, progress",
     "check_too_early": 'check("2.4")',
     "exercise": "%%exercise 2.4\n" + WRONG_2_4.read_text(),
     "check": 'check("2.4")',
@@ -32,6 +32,7 @@ CELLS = {
     "ring": "%%exercise 1.2\n" + (ROOT / "tests" / "submissions" / "ex1_2" / "wrong_gather_to_rank0.py").read_text(),
     "predict": "%%exercise 1.5\n" + (ROOT / "tests" / "submissions" / "ex1_5" / "correct_counted.py").read_text(),
     "check_predictions": 'check("1.5")',
+    "progress": "progress()",
 }
 
 
@@ -42,7 +43,7 @@ def executed(tmp_path_factory):
     nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS.values()]
     workdir = tmp_path_factory.mktemp("nb")
     NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
-    return {name: cell.outputs for name, cell in zip(CELLS, nb.cells)}
+    return {"folder": workdir, **{name: cell.outputs for name, cell in zip(CELLS, nb.cells)}}
 
 
 def result_of(outputs):
@@ -84,6 +85,20 @@ def test_checking_1_5_runs_the_students_own_1_2_cell_as_last_run_in_the_kernel(e
     assert float(data["text/plain"]) == exercises.get("1.5").points  # 1.2's mistake costs 1.5 nothing
     assert "data parallelism, your cell of 1.2" in data["text/html"], data["text/html"]
     assert "your code is what differs" in data["text/html"]
+
+
+def test_every_check_is_noted_beside_the_notebook_and_progress_shows_the_course(executed):
+    from autograder import progress
+
+    kept = progress.load(executed["folder"])
+    score = float(result_of(executed["check"])["text/plain"])
+    assert kept["2.4"]["best"] == kept["2.4"]["last"] == score < kept["2.4"]["max"], kept
+    assert kept["2.4"]["checks_run"] == 1 and kept["2.4"]["failing"], kept  # the check before the cell ran is not one
+    assert "1.5" in kept and "2.3" not in kept, kept  # a script cell that was never checked
+    shown = result_of(executed["progress"])
+    assert "<table>" in shown["text/html"] and "next: start exercise 1.0" in shown["text/html"], shown
+    assert f"best {score:g}/14" in shown["text/plain"], shown["text/plain"]
+    assert not stream(executed["progress"], "stderr")
 
 
 def test_unknown_exercise_is_one_line(executed):
