@@ -177,6 +177,8 @@ def test_feedback_and_grades_csv(course):
     assert all(f'<a href="#check_{ex.replace(".", "_")}">Exercise {ex}</a>' in page for ex in IDS)
     assert "autograder-report" in page and "<svg" in page  # the report, with the picture of the run
     assert "HIDDEN TESTS" not in page and "autograding checks again" not in page  # graded, not shown
+    # small enough to mail or open on a phone: no 117 kB stylesheet of Bootstrap's for a few panels
+    assert "Bootstrap v3" not in page and len(page.encode()) < 250_000, len(page.encode())
     with open(course / "grades.csv") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f)}
     assert set(rows) == {"correct", "wrong", "hanging", "empty", "cheater"}
