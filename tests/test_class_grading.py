@@ -124,10 +124,13 @@ def slurm_conf() -> str | None:
     return conf if up.returncode == 0 and len(nodes) >= 2 else None
 
 
-@pytest.mark.skipif(slurm_conf() is None, reason="no Slurm with two nodes up here (bash scripts/slurm.sh start, as root)")
+SLURM_CONF = slurm_conf()  # once, before any job of the tests makes its nodes busy
+
+
+@pytest.mark.skipif(SLURM_CONF is None, reason="no Slurm with two nodes up here (bash scripts/slurm.sh start, as root)")
 def test_a_class_graded_as_a_slurm_job_array_gets_nbgraders_grades(handed, tmp_path, no_leftover_processes):
     course = copy_of(handed, tmp_path)
-    env = {**nbgrader_in(course)[1], "SLURM_CONF": slurm_conf()}
+    env = {**nbgrader_in(course)[1], "SLURM_CONF": SLURM_CONF}
     done = subprocess.run([sys.executable, "-m", "autograder", "class", ASSIGNMENT, "--course", str(course),
                            "--slurm", "--jobs", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
