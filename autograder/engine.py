@@ -107,8 +107,10 @@ class Hosts:
         host = RankHost(sandbox=box, hidden=hidden, parent=self.parent)
         try:
             host.started()
-        except HostFailed as exc:
+        except BaseException as exc:  # a host that did not start, or the grader stopped while it started
             host.close()
+            if not isinstance(exc, HostFailed):
+                raise
             if box is None or self.mode in _decided:
                 raise  # the sandbox was decided on already: never a recovery without it
             why = f"bubblewrap could not start here: {str(exc).splitlines()[-1][:200]}"

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -47,6 +48,7 @@ def serve(root: Path) -> int:
     kernel = os.getppid()
     signal.signal(signal.SIGTERM, _end)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the kernel gone: unwind, stop the host, clean up
+    threading.Thread(target=_watch, args=(kernel,), daemon=True, name="kernel-watch").start()
     from autograder import engine, files
     from autograder.source import UsageError
 
@@ -81,6 +83,16 @@ def serve(root: Path) -> int:
             for path in root.parent.glob(f"{kernel_prefix(kernel)}*"):  # this work directory and its log,
                 files.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)  # the cell's file
     return 0
+
+
+def _watch(kernel: int, every: float = 0.2):
+    """The kernel's death, told to the main thread itself. The death signal goes to the process, and any of its
+    threads may take it (torch's among them): Python then runs the handler only when the main thread next runs
+    Python code, and a main thread waiting in select() for a rank host that is still starting would not for
+    seconds. A signal sent to the main thread interrupts that wait."""
+    while os.getppid() == kernel and _alive(kernel):
+        time.sleep(every)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
 
 def _prctl(option: int, value: int):

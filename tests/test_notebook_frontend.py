@@ -344,3 +344,52 @@ def test_a_kernel_killed_mid_check_leaves_neither_grader_nor_the_cells_file(tmp_
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)
+
+
+WATCHED_SERVER = """
+import sys
+import autograder.server as server
+server._prctl = lambda *args: None  # no death signal at all: as if it went to a thread other than the main one
+sys.exit(server.serve(server.new_root()))
+"""
+PARENT_OF_WATCHED = """
+import json, subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          start_new_session=True)
+print(server.pid, flush=True)
+server.stdin.write((json.dumps({"exercise": "2.4", "path": sys.argv[2]}) + "\\n").encode())
+server.stdin.flush()
+time.sleep(600)
+"""
+
+
+def test_a_kernel_that_dies_while_its_grader_waits_for_a_starting_host_takes_the_grader_with_it(tmp_path):
+    """The kernel's death signal may be taken by any thread of the grader (torch starts several), and Python runs
+    the handler only once the main thread runs Python again: here it waits in select() for a rank host that
+    never says it is ready. The grader must end anyway, in about a second, and leave nothing running."""
+    kernel = subprocess.Popen([sys.executable, "-c", PARENT_OF_WATCHED, WATCHED_SERVER,
+                               str(WRONG_2_4)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    grading = set()
+    try:
+        server = int(kernel.stdout.readline())
+        deadline, host = time.monotonic() + 60, None
+        while host is None and time.monotonic() < deadline:
+            host = next((p for p in descendants(server) if b"ranks.host" in command_line(p)
+                         and b"bwrap" not in command_line(p).split(b"\0")[0]), None)
+            time.sleep(0.01)
+        assert host is not None, "the grader never started a rank host"
+        os.kill(host, signal.SIGSTOP)  # it never gets ready: the grader waits for it
+        time.sleep(0.5)
+        grading = {server} | descendants(server)
+        kernel.kill()
+        kernel.wait()
+        deadline = time.monotonic() + 10
+        while alive(grading) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert alive(grading) == set(), f"outlived the kernel: {described(alive(grading))}"
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        for pid in alive(grading):  # a failure leaves nothing behind either
+            os.kill(pid, signal.SIGKILL)
