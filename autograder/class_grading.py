@@ -27,6 +27,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -335,7 +336,16 @@ def _grade_on_slurm(todo: list[Notebook], checks: dict, config_file: str, store:
         raise
     if array.returncode != 0:
         say(f"the job array {job} ended with {array.returncode}: {array.stderr.read().strip()[:500]}")
-    return sum(json.loads(p.read_text())["graded"] for p in done.glob("*.json"))
+    graded = sum(json.loads(p.read_text())["graded"] for p in done.glob("*.json"))
+    for index in range(len(todo)):  # the log of a task that finished says nothing: only failures' logs are kept
+        if (done / f"{index}.json").exists():
+            (store / f"slurm-{job}_{index}.out").unlink(missing_ok=True)
+    kept = sorted(store.glob(f"slurm-{job}_*.out"))
+    if kept:
+        say(f"the logs of the tasks that did not finish: {', '.join(str(p) for p in kept)}")
+    shutil.rmtree(done)
+    manifest.unlink()
+    return graded
 
 
 def _array_task(manifest: str, index: int):

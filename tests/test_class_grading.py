@@ -137,6 +137,9 @@ def test_a_class_graded_as_a_slurm_job_array_gets_nbgraders_grades(handed, tmp_p
     assert "as a Slurm job array" in done.stdout and "(node n" in done.stdout, done.stdout
     assert "not graded by the job array" not in done.stdout, done.stdout
     assert grades(course) == handed[1]
+    left = sorted(p.name for p in (course / ".autograder" / ASSIGNMENT).iterdir() if not p.name.endswith(".json")
+                  or p.name.startswith("array-"))
+    assert not left, left  # the array's plan, its tasks' lines and the logs of tasks that finished are removed
 
 
 def command_line(pid: int) -> bytes:
