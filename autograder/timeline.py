@@ -90,13 +90,20 @@ class Timeline:
         for rank, row in enumerate(self.rows):
             y = top + rank * (height + 4)
             parts.append(f"<text x='0' y='{y + 12}' font-size='11'>rank {rank}</text>")
-            parts.append(f"<rect x='{left}' y='{y}' width='{width}' height='{height}' fill='#f3f3f3'/>")
+            # one group per row (its height), and per run of spans of one kind (its colour): a page of many
+            # reports stays small
+            parts.append(f"<g transform='translate(0 {y})'><rect x='{left}' width='{width}' height='{height}' "
+                         "fill='#f3f3f3'/>")
+            kind = None
             for s in row:
+                if s.kind != kind:
+                    parts.append(("</g>" if kind is not None else "") + f"<g fill='{KINDS[s.kind][1]}'>")
+                    kind = s.kind
                 x, w = left + s.start * scale, max((s.end - s.start) * scale, 1.5)
                 title = html.escape(f"{s.label}: {_ms(s.start)} to {_ms(s.end)}" + (", never returned" if s.unfinished else ""))
                 stroke = " stroke='black' stroke-dasharray='3,2'" if s.unfinished else ""
-                parts.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{height}' fill='{KINDS[s.kind][1]}'"
-                             f"{stroke}><title>{title}</title></rect>")
+                parts.append(f"<rect x='{x:.1f}' width='{w:.1f}' height='{height}'{stroke}><title>{title}</title></rect>")
+            parts.append(("</g>" if kind is not None else "") + "</g>")
         bottom = top + len(self.rows) * (height + 4) - 4
         for m in epochs:  # a line across the rows where rank 0 began each epoch
             x = left + float(m["t"]) * scale
