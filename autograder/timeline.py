@@ -90,20 +90,22 @@ class Timeline:
         for rank, row in enumerate(self.rows):
             y = top + rank * (height + 4)
             parts.append(f"<text x='0' y='{y + 12}' font-size='11'>rank {rank}</text>")
-            # one group per row (its height), and per run of spans of one kind (its colour): a page of many
-            # reports stays small
+            # one group per row (its place), and one per run of spans of one colour (where a run has several): a
+            # page of many reports stays small; the spans keep their order, and so what lies over what
             parts.append(f"<g transform='translate(0 {y})'><rect x='{left}' width='{width}' height='{height}' "
                          "fill='#f3f3f3'/>")
-            kind = None
-            for s in row:
-                if s.kind != kind:
-                    parts.append(("</g>" if kind is not None else "") + f"<g fill='{KINDS[s.kind][1]}'>")
-                    kind = s.kind
-                x, w = left + s.start * scale, max((s.end - s.start) * scale, 1.5)
-                title = html.escape(f"{s.label}: {_ms(s.start)} to {_ms(s.end)}" + (", never returned" if s.unfinished else ""))
-                stroke = " stroke='black' stroke-dasharray='3,2'" if s.unfinished else ""
-                parts.append(f"<rect x='{x:.1f}' width='{w:.1f}' height='{height}'{stroke}><title>{title}</title></rect>")
-            parts.append(("</g>" if kind is not None else "") + "</g>")
+            for run in _runs(row):
+                fill = f" fill='{KINDS[run[0].kind][1]}'"
+                parts.append(f"<g{fill}>" if len(run) > 1 else "")
+                for s in run:
+                    x, w = left + s.start * scale, max((s.end - s.start) * scale, 1.5)
+                    title = html.escape(f"{s.label}: {_ms(s.start)} to {_ms(s.end)}"
+                                        + (", never returned" if s.unfinished else ""))
+                    stroke = " stroke='black' stroke-dasharray='3,2'" if s.unfinished else ""
+                    parts.append(f"<rect x='{x:.1f}' width='{w:.1f}' height='{height}'{fill if len(run) == 1 else ''}"
+                                 f"{stroke}><title>{title}</title></rect>")
+                parts.append("</g>" if len(run) > 1 else "")
+            parts.append("</g>")
         bottom = top + len(self.rows) * (height + 4) - 4
         for m in epochs:  # a line across the rows where rank 0 began each epoch
             x = left + float(m["t"]) * scale
@@ -128,6 +130,17 @@ class Timeline:
             parts.append(f"<text x='0' y='{y}' font-size='11'>{html.escape(line)}</text>")
         return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 10}' height='{y + 6}' "
                 f"font-family='sans-serif'>{''.join(parts)}</svg>")
+
+
+def _runs(row: list[Span]) -> list[list[Span]]:
+    """The row's spans in order, cut where the kind changes."""
+    runs: list[list[Span]] = []
+    for s in row:
+        if runs and runs[-1][0].kind == s.kind:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs
 
 
 def _ruler(marks: list[dict], step: float) -> str:
