@@ -37,7 +37,7 @@ from autograder.report import SKIPPED_ON_CPU, CheckResult
 
 
 # Where a message turns from what was seen to its likely cause, or to what to do. The "find the bugs"
-# exercises (2.6, 4.4) show only what was seen: finding the cause is their work (``symptom``).
+# exercises (2.5, 4.4) show only what was seen: finding the cause is their work (``symptom``).
 CAUSE = "; likely cause: "
 FIX = ". To fix: "
 # Their points are the planted bugs': the script as handed out earns only what it already did right.

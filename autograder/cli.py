@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="grade requests read from stdin, one JSON line each (the notebook's grader)")
     serve.add_argument("--root", required=True, help="the work directory the notebook made for this grader")
     g = sub.add_parser("grade", help="grade an exercise, or every exercise in a notebook (grade all PATH)")
-    g.add_argument("exercise", help="an exercise id, e.g. 2.3 (`list` shows them), or all: every exercise in PATH")
+    g.add_argument("exercise", help="an exercise id, e.g. 2.2 (`list` shows them), or all: every exercise in PATH")
     g.add_argument("path", help="a .py file, or a notebook whose cell starts with `%%%%exercise ID`")
     g.add_argument("--world-sizes", type=_sizes, default=None, help="comma-separated, e.g. 1,2,3")
     g.add_argument("--json", action="store_true", help="print one JSON object on stdout")

@@ -1,10 +1,10 @@
 """The notebook front end: the ``%%exercise`` cell magic and ``check``, the check cells' helper.
 
-An exercise cell starts with ``%%exercise 2.4``. Running it remembers the cell's source
+An exercise cell starts with ``%%exercise 2.3``. Running it remembers the cell's source
 under that id; a function exercise also runs in the notebook, so the student can try the
-function, while a whole script (2.3) only runs when checked.
+function, while a whole script (2.2) only runs when checked.
 
-``check("2.4")`` writes the remembered source to a temporary file and has it graded by the
+``check("2.3")`` writes the remembered source to a temporary file and has it graded by the
 kernel's warm grader (server.py: ``python -m autograder serve``), a separate process, never the
 kernel itself. ``%load_ext autograder`` starts it, and it gets ready (torch imported, a rank host
 started) while the student reads and writes, so that the first check costs what any later one does:

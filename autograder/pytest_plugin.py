@@ -1,7 +1,7 @@
 """pytest front end: ``pytest exercises/02_ddp_basics.ipynb`` grades every exercise cell in it.
 
 A notebook is collected when it holds at least one ``%%exercise`` cell and is not one of
-Jupyter's checkpoint copies; each exercise cell becomes one test item, ``exercise[2.4]``,
+Jupyter's checkpoint copies; each exercise cell becomes one test item, ``exercise[2.3]``,
 graded in this process by ``autograder.engine.grade``. An item passes when every check
 passes; a failure shows the report. Other notebooks are left alone, so the plugin, which
 pytest loads in every run, stays out of the way of ordinary test suites.

@@ -1,6 +1,6 @@
 """The student's code for one exercise, from a .py file or from a notebook's exercise cell.
 
-In a notebook the exercise cell starts with the line ``%%exercise 2.3``. The cell is
+In a notebook the exercise cell starts with the line ``%%exercise 2.2``. The cell is
 copied into a module of its own (that line commented out, so line numbers match the
 cell's); the student's files are only read, never written.
 """
@@ -152,7 +152,7 @@ def as_handed_out(code: str) -> bool:
             and "NotImplementedError" in ast.unparse(body[0].exc))
 
 
-def compile_problem(code: str, entry: str | None) -> str | None:
+def compile_problem(code: str, entry: str | tuple[str, ...] | None) -> str | None:
     """Why the code cannot run at all (a syntax error, a missing function), or None."""
     try:
         tree = parse(code)
@@ -160,7 +160,9 @@ def compile_problem(code: str, entry: str | None) -> str | None:
         where = f"line {exc.lineno}" if exc.lineno else "somewhere"
         shown = f"\n    {exc.text.rstrip()}" if exc.text else ""
         return f"Your code does not compile: {exc.msg} at {where}.{shown}\nThe graded cell must be plain Python (no ! or % lines but the first)."
-    if entry and entry not in _top_level_names(tree):
+    missing = [name for name in ((entry,) if isinstance(entry, str) else entry or ()) if name not in _top_level_names(tree)]
+    if missing:
+        entry = missing[0]
         what = "a function named" if entry.islower() else "a class named" if entry[:1].isupper() and not entry.isupper() \
             else "a variable named"
         return f"The cell must define {what} `{entry}` at the top level; none was found."

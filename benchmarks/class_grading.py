@@ -27,9 +27,9 @@ SOURCES = {"ps1": "01_parallelism.ipynb", "ps2": "02_ddp_basics.ipynb", "ps3": "
            "ps4": "04_torchrun.ipynb"}
 # One wrong submission per problem set, and a hanging one where the course has one, from its negative controls
 # (a file of tests/submissions/exL_N/, or one of its mistakes.py edits).
-WRONG = {"ps1": ("1.2", "wrong_gather_to_rank0"), "ps2": ("2.4", "wrong_mean_of_accuracies"),
+WRONG = {"ps1": ("1.2", "wrong_gather_to_rank0"), "ps2": ("2.3", "wrong_mean_of_accuracies"),
          "ps3": ("3.7", "wrong_whole_tensors"), "ps4": ("4.2", "wrong_no_resume")}
-HANGING = {"ps2": ("2.4", "wrong_reduce_on_rank0_only")}
+HANGING = {"ps2": ("2.3", "wrong_reduce_on_rank0_only")}
 
 
 def make_class(root: Path, assignment: str, students: int) -> Path:

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {ex: ROOT / "tests" / "submissions" / f"ex{ex.replace('.', '_')}" / name for ex, name in {
     "1.1": "correct_loops.py", "1.2": "correct_async.py", "1.3": "correct_blocking.py",
-    "1.4": "correct_functions.py", "1.5": "correct_counted.py", "2.1": "correct_environ.py", "2.2": "correct_basic.py", "2.3": "correct_tutorial.py",
-    "2.4": "correct_strided.py", "2.5": "correct_contextlib.py", "3.1": "correct_differentiable.py",
+    "1.4": "correct_functions.py", "1.5": "correct_counted.py", "2.1": "correct_environ.py", "2.2": "correct_tutorial.py",
+    "2.3": "correct_strided.py", "2.4": "correct_contextlib.py", "3.1": "correct_differentiable.py",
     "3.2": "correct_convert.py", "3.3": "correct_consolidate.py", "3.4": "correct_state_dict_api.py",
     "3.5": "correct_get_state_dict.py", "3.6": "correct_loops.py"}.items()}
 
@@ -102,8 +102,8 @@ def main():
     cold = WarmGrader()
     try:
         start = time.perf_counter()
-        cold.ask({"exercise": "2.4", "path": str(SOLUTIONS["2.4"]), "seed": 0}, 120)
-        row("2.4 checked at once, the grader not warmed up", time.perf_counter() - start, floor)
+        cold.ask({"exercise": "2.3", "path": str(SOLUTIONS["2.3"]), "seed": 0}, 120)
+        row("2.3 checked at once, the grader not warmed up", time.perf_counter() - start, floor)
     finally:
         cold.stop()
     grader = WarmGrader()
@@ -114,14 +114,14 @@ def main():
         paths = {**SOLUTIONS, **{ex: ROOT / "tests" / "submissions" / name for ex, name in TORCHRUN.items()}}
         paths["1.5 beside the student's 1.1-1.4"] = ROOT / "solutions" / "01_parallelism.ipynb"
         reached = set()
-        for ex in ["2.4", *(ex for ex in paths if ex != "2.4")]:
+        for ex in ["2.3", *(ex for ex in paths if ex != "2.3")]:
             request = {"exercise": ex.split()[0], "path": str(paths[ex]), "seed": 0}
             lesson = ex.split(".")[0]
             if lesson not in reached and exercises.views_near(ex.split()[0]):
                 grader.warm_up(ex.split()[0])  # as the lesson's first exercise cell does (notebook.py)
                 time.sleep(10)  # and the student reads it: a host of the lesson's view starts meanwhile
             reached.add(lesson)
-            for attempt in ("first check of the kernel" if ex == "2.4" else "first check", "a later check"):
+            for attempt in ("first check of the kernel" if ex == "2.3" else "first check", "a later check"):
                 start = time.perf_counter()
                 grader.ask(request, 120)
                 row(f"{ex}: {attempt}", time.perf_counter() - start, floor)

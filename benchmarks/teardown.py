@@ -4,7 +4,7 @@
 
 PyTorch 2.13's gloo can abort a rank after all its work is done ("terminate called without an active
 exception", SIGABRT) when the DDP model is freed only by the interpreter's last garbage collection,
-after destroy_process_group. Three endings of one script (2.3's, as tests/submissions/ex2_3 holds it):
+after destroy_process_group. Three endings of one script (2.2's, as tests/submissions/ex2_2 holds it):
 as written, `del model` first, and `del model; gc.collect()` first, which lesson 2 teaches.
 """
 
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "tests" / "submissions" / "ex2_3" / "correct_tutorial.py"
+SCRIPT = ROOT / "tests" / "submissions" / "ex2_2" / "correct_tutorial.py"
 END = "    dist.destroy_process_group()\n"
 ENDINGS = {
     "as written (the DDP model freed at exit)": END,

@@ -2,8 +2,8 @@
 
 A launch's target says what each rank runs (the host's "launch" request):
 
-    {"kind": "function", "student": PATH, "exercise": "2.4", "params": {...}, "companions": {...}}
-        the student's module, imported, handed to the exercise's harness (ranks.exercises.ex2_4)
+    {"kind": "function", "student": PATH, "exercise": "2.3", "params": {...}, "companions": {...}}
+        the student's module, imported, handed to the exercise's harness (ranks.exercises.ex2_3)
     {"kind": "script", "student": PATH}
         the whole module run as ``__main__``, as torchrun runs a script
 """

@@ -319,7 +319,8 @@ def _wrap_process_group(rec: Recorder):
             backend = kwargs.get("backend", args[0] if args else None)
             init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
             asked = {k: kwargs[k] for k in ("world_size", "rank") if isinstance(kwargs.get(k), int)}
-            rec.event("init_process_group_called", requested_backend=str(backend), init_method=init_method, **asked)
+            rec.event("init_process_group_called", requested_backend=str(backend), init_method=init_method,
+                      by_grader=by_the_grader(), **asked)
             master = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
             n = rec.enter("init_process_group", init_method=init_method, master=master, caller=caller(), **asked)
             out = original(*args, **kwargs)

@@ -25,7 +25,7 @@ from autograder import engine, files, limits, sandbox
 from conftest import ROOT, SUBMISSIONS, handed_in, needs_sandbox
 
 HOSTILE = SUBMISSIONS / "hostile"
-CORRECT_2_4 = SUBMISSIONS / "ex2_4" / "correct_strided.py"
+CORRECT_2_3 = SUBMISSIONS / "ex2_3" / "correct_strided.py"
 
 
 def attack(name: str, dest: Path, **fill) -> Path:
@@ -53,9 +53,9 @@ def by_name(report) -> dict:
 def test_a_planted_host_module_never_runs_and_the_next_host_is_sandboxed_again(tmp_path, clean, sentinel):
     marker = tmp_path / "planted-host-ran"
     with engine.Hosts("auto") as hosts:
-        report = engine.grade("2.4", attack("plants_host_module_2_4", tmp_path, marker=marker), hosts=hosts)
+        report = engine.grade("2.3", attack("plants_host_module_2_3", tmp_path, marker=marker), hosts=hosts)
         assert report.score == 0 and "rank host failed" in report.problem, report.to_text()
-        after = engine.grade("2.4", CORRECT_2_4, hosts=hosts)  # a new host, started after the attack
+        after = engine.grade("2.3", CORRECT_2_3, hosts=hosts)  # a new host, started after the attack
     assert not marker.exists()
     assert after.all_passed and after.sandbox == "bubblewrap", after.to_text()
 
@@ -64,23 +64,23 @@ def test_a_planted_host_module_never_runs_and_the_next_host_is_sandboxed_again(t
 @needs_sandbox
 def test_a_planted_host_module_never_runs_through_any_front_end(front_end, tmp_path, clean, sentinel):
     marker = tmp_path / "planted-host-ran"
-    code = attack("plants_host_module_2_4", tmp_path, marker=marker).read_text()
-    scores = FRONT_ENDS[front_end](tmp_path, {"2.4": code, "2.2": _solution("2.2")}, "ps2")
+    code = attack("plants_host_module_2_3", tmp_path, marker=marker).read_text()
+    scores = FRONT_ENDS[front_end](tmp_path, {"2.3": code, "2.1": _solution("2.1")}, "ps2")
     assert not marker.exists()
-    assert scores["2.4"] == 0 and scores["2.2"] > 0, scores  # the notebook's other exercise is graded after it
+    assert scores["2.3"] == 0 and scores["2.1"] > 0, scores  # the notebook's other exercise is graded after it
 
 
 @needs_sandbox
 def test_links_where_the_grader_writes_change_nothing_outside(tmp_path, clean, sentinel):
-    path = attack("links_out_2_4", tmp_path, sentinel_file=sentinel.file, sentinel_dir=sentinel.dir)
-    report = engine.grade("2.4", path)
+    path = attack("links_out_2_3", tmp_path, sentinel_file=sentinel.file, sentinel_dir=sentinel.dir)
+    report = engine.grade("2.3", path)
     assert report.checks and not report.problem.startswith("The grader itself failed"), report.to_text()
 
 
 def test_links_where_the_grader_writes_change_nothing_outside_under_nbgrader(tmp_path, clean, sentinel):
-    code = attack("links_out_2_4", tmp_path, sentinel_file=sentinel.file, sentinel_dir=sentinel.dir).read_text()
-    scores = FRONT_ENDS["nbgrader"](tmp_path, {"2.4": code}, "ps2")
-    assert "2.4" in scores
+    code = attack("links_out_2_3", tmp_path, sentinel_file=sentinel.file, sentinel_dir=sentinel.dir).read_text()
+    scores = FRONT_ENDS["nbgrader"](tmp_path, {"2.3": code}, "ps2")
+    assert "2.3" in scores
 
 
 # -- 2. never a fallback once student code has run ---------------------------------------------
@@ -90,10 +90,10 @@ def test_links_where_the_grader_writes_change_nothing_outside_under_nbgrader(tmp
 def test_a_sandbox_that_fails_after_code_ran_fails_the_grading_instead_of_running_without_it(tmp_path, clean,
                                                                                          monkeypatch):
     with engine.Hosts("auto") as hosts:
-        assert engine.grade("2.4", CORRECT_2_4, hosts=hosts).sandbox == "bubblewrap"
+        assert engine.grade("2.3", CORRECT_2_3, hosts=hosts).sandbox == "bubblewrap"
         os.killpg(hosts.kept[()].proc.pid, signal.SIGKILL)  # lost, as a submission can take it down
         monkeypatch.setattr(sandbox.Sandbox, "wrap", lambda self, command, **kw: ["/bin/false"])
-        report = engine.grade("2.4", CORRECT_2_4, hosts=hosts)
+        report = engine.grade("2.3", CORRECT_2_3, hosts=hosts)
     assert report.score == 0 and "rank host failed" in report.problem, report.to_text()
     assert report.sandbox != "off" and not report.sandbox_line().startswith("Ran without")
 
@@ -111,16 +111,16 @@ def test_what_the_sandbox_shows_from_under_tmp_is_there_and_outlives_every_clean
     python_paths = sandbox._python_paths
     monkeypatch.setattr(sandbox, "_python_paths", lambda: [*python_paths(), given.parent])
     submission = tmp_path / "reads_what_is_shown.py"
-    submission.write_text(CORRECT_2_4.read_text() + f"\nassert open({str(given)!r}).read() == 'shown'\n")
+    submission.write_text(CORRECT_2_3.read_text() + f"\nassert open({str(given)!r}).read() == 'shown'\n")
     with engine.Hosts("required") as hosts:
         for attempt in range(2):  # the second after the first grading's clean-up
-            report = engine.grade("2.4", submission, hosts=hosts)
+            report = engine.grade("2.3", submission, hosts=hosts)
             assert report.all_passed and report.sandbox.startswith("bubblewrap"), report.to_text()
 
 
 @needs_sandbox
 def test_the_grader_the_course_the_answer_keys_and_the_host_are_out_of_reach(tmp_path, clean, sentinel):
-    report = engine.grade("2.4", HOSTILE / "escapes_2_4.py")
+    report = engine.grade("2.3", HOSTILE / "escapes_2_3.py")
     tried = report.problem.split("TRIED", 1)[1].splitlines()[0]
     assert tried.count("opened") == 0 and "traced" not in tried, tried
     assert int(tried.split("processes seen: ")[1].split("'")[0]) < 10
@@ -160,7 +160,7 @@ needs_cgroups = pytest.mark.skipif(CGROUPS[0] is None, reason=f"no control group
 @needs_cgroups
 def test_children_that_together_take_too_much_memory_are_stopped_and_told(clean, monkeypatch):
     monkeypatch.setenv("AUTOGRADER_MEMORY_MB", "1536")
-    report = engine.grade("2.4", HOSTILE / "memory_flood_2_4.py", [1])
+    report = engine.grade("2.3", HOSTILE / "memory_flood_2_3.py", [1])
     assert report.score == 0
     assert "out of memory" in report.problem and "1536 MB in all" in report.problem, report.problem
 
@@ -169,15 +169,15 @@ def test_children_that_together_take_too_much_memory_are_stopped_and_told(clean,
 def test_files_that_together_exceed_the_work_directory_are_refused(clean, monkeypatch):
     monkeypatch.setenv("AUTOGRADER_WORK_MB", "256")
     with engine.Hosts("auto") as hosts:
-        report = engine.grade("2.4", HOSTILE / "file_flood_2_4.py", [1], hosts=hosts)
-        after = engine.grade("2.4", CORRECT_2_4, hosts=hosts)  # the same sandbox, emptied
+        report = engine.grade("2.3", HOSTILE / "file_flood_2_3.py", [1], hosts=hosts)
+        after = engine.grade("2.3", CORRECT_2_3, hosts=hosts)  # the same sandbox, emptied
     assert report.score == 0 and "no space left for files" in report.problem, report.problem
     assert after.all_passed, after.to_text()
 
 
 @needs_sandbox
 def test_a_checkpoint_that_inflates_to_a_gigabyte_is_not_inflated(clean):
-    report = engine.grade("2.3", HOSTILE / "checkpoint_bomb_2_3.py", [1])
+    report = engine.grade("2.2", HOSTILE / "checkpoint_bomb_2_2.py", [1])
     assert "inflate" in report.to_text() or "could not be read" in report.to_text(), report.to_text()
     assert not report.problem.startswith("The rank host failed"), report.problem
 
@@ -208,12 +208,12 @@ def test_an_archive_or_array_that_claims_more_than_it_holds_is_never_made(tmp_pa
 
 @needs_sandbox
 def test_what_chokes_a_parser_is_told_as_tampering_not_a_crash(clean):
-    report = engine.grade("2.4", HOSTILE / "chokes_the_parsers_2_4.py")
+    report = engine.grade("2.3", HOSTILE / "chokes_the_parsers_2_3.py")
     assert report.score == 0 and "instrumentation" in report.problem, report.to_text()
 
 
 def test_what_chokes_a_parser_without_the_sandbox_is_cleaned_up_too(clean):
-    report = engine.grade("2.4", HOSTILE / "chokes_the_parsers_2_4.py", sandbox_setting="off")
+    report = engine.grade("2.3", HOSTILE / "chokes_the_parsers_2_3.py", sandbox_setting="off")
     assert report.score == 0 and "instrumentation" in report.problem, report.to_text()  # `clean`: 1,000 levels gone
 
 
@@ -226,7 +226,7 @@ def test_json_nested_past_any_depth_is_nothing_not_an_exception():
 def test_a_cell_no_parser_can_read_is_told_in_one_line(tmp_path, clean):
     path = tmp_path / "minus.py"
     path.write_text("x = " + "-" * 100_000 + "1\n\ndef evaluate(model, dataset, batch_size=16):\n    return x\n")
-    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.4", str(path), "--json", "--quiet"],
+    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.3", str(path), "--json", "--quiet"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     report = json.loads(out.stdout)
     assert report["score"] == 0 and "does not compile" in report["checks"][0]["message"] + json.dumps(report)
@@ -235,8 +235,8 @@ def test_a_cell_no_parser_can_read_is_told_in_one_line(tmp_path, clean):
 @needs_sandbox
 def test_junk_on_every_descriptor_a_rank_has_reaches_no_grader_and_the_next_check_is_right(clean):
     with engine.Hosts("auto") as hosts:
-        engine.grade("2.4", HOSTILE / "floods_the_host_pipe_2_4.py", hosts=hosts)
-        after = engine.grade("2.4", CORRECT_2_4, hosts=hosts)
+        engine.grade("2.3", HOSTILE / "floods_the_host_pipe_2_3.py", hosts=hosts)
+        after = engine.grade("2.3", CORRECT_2_3, hosts=hosts)
     assert after.all_passed, after.to_text()
 
 
@@ -254,23 +254,23 @@ def test_torchruns_help_in_a_launch_command_does_not_reach_the_graders_output(tm
 def test_a_failure_of_the_grader_itself_costs_its_exercise_only(front_end, tmp_path, clean, monkeypatch):
     real = engine._grade_on
 
-    def breaks_on_2_4(exercise, *args, **kwargs):
-        if exercise.id == "2.4":
+    def breaks_on_2_3(exercise, *args, **kwargs):
+        if exercise.id == "2.3":
             raise RuntimeError("the grader broke")
         return real(exercise, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "_grade_on", breaks_on_2_4)
-    scores = FRONT_ENDS_IN_PROCESS[front_end](tmp_path, {"2.4": _solution("2.4"), "2.2": _solution("2.2")}, "ps2")
-    assert scores["2.4"] == 0 and scores["2.2"] > 0, scores
+    monkeypatch.setattr(engine, "_grade_on", breaks_on_2_3)
+    scores = FRONT_ENDS_IN_PROCESS[front_end](tmp_path, {"2.3": _solution("2.3"), "2.1": _solution("2.1")}, "ps2")
+    assert scores["2.3"] == 0 and scores["2.1"] > 0, scores
 
 
 def test_a_notebook_no_parser_can_read_stops_no_collection(tmp_path):
     nested = tmp_path / "deep.ipynb"
-    nested.write_text('{"cells": ' + "[" * 100_000 + "]" * 100_000 + ', "%%exercise 2.4": 1}')
+    nested.write_text('{"cells": ' + "[" * 100_000 + "]" * 100_000 + ', "%%exercise 2.3": 1}')
     good = tmp_path / "good.ipynb"
-    nbformat.write(handed_in(ROOT / "exercises" / "02_ddp_basics.ipynb", {"2.2": _solution("2.2")}), good)
+    nbformat.write(handed_in(ROOT / "exercises" / "02_ddp_basics.ipynb", {"2.1": _solution("2.1")}), good)
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path),
-                          "-k", "2.2"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                          "-k", "2.1"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert "1 passed" in out.stdout, out.stdout[-2000:]
 
 
@@ -299,7 +299,7 @@ def test_a_concept_check_takes_arithmetic_but_runs_nothing(tmp_path, clean):
 
 @needs_sandbox
 def test_code_that_claims_the_recorders_file_name_records_nothing(clean):
-    report = engine.grade("2.4", HOSTILE / "compiles_as_the_recorder_2_4.py")
+    report = engine.grade("2.3", HOSTILE / "compiles_as_the_recorder_2_3.py")
     assert report.score == 0 and "instrumentation" in report.problem, report.to_text()
 
 

@@ -3,7 +3,7 @@
 JupyterLab runs from .venv on a loopback port the OS picks, with a token, in a temporary root
 holding copies of the lesson and the exercise notebook (the repository's are never touched),
 with its own settings, workspace, runtime and temporary directories. The test runs the lesson
-top to bottom, then answers exercise 2.4 wrongly and rightly and reads the report each time,
+top to bottom, then answers exercise 2.3 wrongly and rightly and reads the report each time,
 as the student would. Screenshots go to tests/.screenshots/ (git-ignored). At the end JupyterLab
 shuts down and every process it started (kernels, the grader, its ranks) must be gone.
 
@@ -46,7 +46,7 @@ INSTRUCTOR_TOOLS_ON = (Path(sys.prefix) / ".instructor-tools-on").exists()  # sc
 LESSONS = ("01_parallelism.ipynb", LESSON, "03_syncbn_sharding.ipynb", "04_torchrun.ipynb")
 SHOWS_TRACEBACKS = {"04_torchrun.ipynb"}  # it prints a failed worker's report on purpose
 SHOTS = ROOT / "tests" / ".screenshots"
-SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
+SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_3"
 
 
 def free_port() -> int:
@@ -195,7 +195,7 @@ def run_cell(page, cell, source: str | None = None):
     page.keyboard.press("Shift+Enter")
 
 
-def report_of(check_cell, exercise: str = "2.4") -> tuple[str, float, float]:
+def report_of(check_cell, exercise: str = "2.3") -> tuple[str, float, float]:
     """The report a check cell shows: its text, the points earned and the points possible."""
     report = check_cell.locator(".autograder-report")
     report.wait_for(timeout=240_000)
@@ -234,26 +234,26 @@ def test_exercise_report_in_jupyterlab(lab, page):
     open_notebook(page, lab, f"exercises/{LESSON}")
     run_cell(page, code_cell(page, "%load_ext autograder"))
     wait_idle(page)
-    exercise = code_cell(page, "%%exercise 2.4")
-    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("2.4"'))
+    exercise = code_cell(page, "%%exercise 2.3")
+    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("2.3"'))
     if not INSTRUCTOR_TOOLS_ON:  # the check cells are the students' report; Validate is an instructor's tool
         assert page.locator(".jp-NotebookPanel-toolbar", has_text="Validate").count() == 0
 
     wrong = (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()
-    run_cell(page, exercise, f"%%exercise 2.4\n{wrong}")
+    run_cell(page, exercise, f"%%exercise 2.3\n{wrong}")
     run_cell(page, check)
     text, earned, possible = report_of(check)
-    check.screenshot(path=SHOTS / "exercise_2_4_wrong.png")
+    check.screenshot(path=SHOTS / "exercise_2_3_wrong.png")
     assert earned < possible, text
     failed = check.locator("tr", has_text="accuracy equals the single-process accuracy")
     assert "failed" in failed.inner_text() and "Hint" in failed.inner_text(), text
 
     right = (SUBMISSIONS / "correct_blocks.py").read_text()
-    run_cell(page, exercise, f"%%exercise 2.4\n{right}")
+    run_cell(page, exercise, f"%%exercise 2.3\n{right}")
     run_cell(page, check)
     page.wait_for_function("cell => !cell.innerText.includes('Hint')", arg=check.element_handle(), timeout=240_000)
     text, earned, possible = report_of(check)
-    check.screenshot(path=SHOTS / "exercise_2_4_right.png")
+    check.screenshot(path=SHOTS / "exercise_2_3_right.png")
     assert earned == possible, text
     assert "Hint" not in text
 
@@ -265,7 +265,7 @@ def test_exercise_report_in_jupyterlab(lab, page):
     page.keyboard.press("Shift+Enter")
     shown = page.locator(".autograder-progress")
     shown.wait_for(timeout=60_000)
-    row = shown.locator("tr", has_text="2.4")
+    row = shown.locator("tr", has_text="2.3")
     assert f"{possible:g}/{possible:g}" in row.inner_text() and "2" in row.locator("td").last.inner_text(), \
         row.inner_text()
     assert "next: start exercise 1.0" in shown.inner_text()

@@ -20,16 +20,16 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_list_prints_one_exercise_id_a_line():
     out = run("list")
     assert out.returncode == 0
-    assert out.stdout.split() == exercises.ids() == ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "4.0", "4.1", "4.2", "4.3", "4.4"]
+    assert out.stdout.split() == exercises.ids() == ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "4.0", "4.1", "4.2", "4.3", "4.4"]
 
 
 def test_grade_json_contract_on_a_wrong_solution():
-    out = run("grade", "2.4", str(SUBMISSIONS / "ex2_4" / "wrong_mean_of_accuracies.py"), "--json",
+    out = run("grade", "2.3", str(SUBMISSIONS / "ex2_3" / "wrong_mean_of_accuracies.py"), "--json",
               "--world-sizes", "1,2,3")
     assert out.returncode == 1
     report = json.loads(out.stdout)
     assert {"exercise", "score", "max_score", "backend", "world_sizes", "checks"} <= set(report)
-    assert report["exercise"] == "2.4" and report["backend"] == "gloo" and report["world_sizes"] == [1, 2, 3]
+    assert report["exercise"] == "2.3" and report["backend"] == "gloo" and report["world_sizes"] == [1, 2, 3]
     for check in report["checks"]:
         assert set(check) == {"name", "status", "points", "max_points", "message"}
         assert check["status"] in ("passed", "failed", "error", "timeout", "skipped")
@@ -37,7 +37,7 @@ def test_grade_json_contract_on_a_wrong_solution():
 
 
 def test_grade_exits_0_when_every_check_passed_and_reports_progress_on_stderr():
-    out = run("grade", "2.2", str(SUBMISSIONS / "ex2_2" / "correct_basic.py"), "--world-sizes", "2")
+    out = run("grade", "2.1", str(SUBMISSIONS / "ex2_1" / "correct_environ.py"), "--world-sizes", "2")
     assert out.returncode == 0, out.stdout
     assert "all checks passed" in out.stdout
     assert "world size 2" in out.stderr
@@ -45,19 +45,19 @@ def test_grade_exits_0_when_every_check_passed_and_reports_progress_on_stderr():
 
 def test_grade_takes_the_exercise_cell_from_a_notebook(tmp_path):
     nb = nbformat.v4.new_notebook()
-    code = (SUBMISSIONS / "ex2_4" / "correct_blocks.py").read_text()
-    nb.cells = [nbformat.v4.new_markdown_cell("intro"), nbformat.v4.new_code_cell("%%exercise 2.4\n" + code)]
+    code = (SUBMISSIONS / "ex2_3" / "correct_blocks.py").read_text()
+    nb.cells = [nbformat.v4.new_markdown_cell("intro"), nbformat.v4.new_code_cell("%%exercise 2.3\n" + code)]
     path = tmp_path / "work.ipynb"
     nbformat.write(nb, path)
-    out = run("grade", "2.4", str(path), "--json")
+    out = run("grade", "2.3", str(path), "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["score"] > 0
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path):
     cases = [
-        ("grade", "9.9", str(SUBMISSIONS / "ex2_4" / "correct_blocks.py")),
-        ("grade", "2.4", str(tmp_path / "missing.py")),
-        ("grade", "2.4", str(SUBMISSIONS / "ex2_4" / "correct_blocks.py"), "--world-sizes", "two"),
+        ("grade", "9.9", str(SUBMISSIONS / "ex2_3" / "correct_blocks.py")),
+        ("grade", "2.3", str(tmp_path / "missing.py")),
+        ("grade", "2.3", str(SUBMISSIONS / "ex2_3" / "correct_blocks.py"), "--world-sizes", "two"),
         ("bogus",),
     ]
     for args in cases:
@@ -69,15 +69,15 @@ def test_usage_errors_exit_2_with_one_line(tmp_path):
 def test_a_notebook_without_the_exercise_cell_says_how_to_mark_it(tmp_path):
     path = tmp_path / "empty.ipynb"
     nbformat.write(nbformat.v4.new_notebook(), path)
-    out = run("grade", "2.3", str(path))
+    out = run("grade", "2.2", str(path))
     assert out.returncode == 2
-    assert "%%exercise 2.3" in out.stderr
+    assert "%%exercise 2.2" in out.stderr
 
 
 def test_code_that_does_not_compile_is_reported_without_launching(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("def evaluate(model, dataset:\n    pass\n")
-    out = run("grade", "2.4", str(path))
+    out = run("grade", "2.3", str(path))
     assert out.returncode == 1
     assert "does not compile" in out.stdout and "line 1" in out.stdout
 
@@ -100,30 +100,30 @@ def test_a_students_checks_are_noted_beside_the_notebook_and_progress_shows_the_
     progress_file = tmp_path / "ddp-course-progress.json"
 
     def hand_in(code: str | None):
-        nbformat.write(handed_in(released, {"2.4": code} if code else {}), notebook)
+        nbformat.write(handed_in(released, {"2.3": code} if code else {}), notebook)
 
     def kept() -> dict:
         return json.loads(progress_file.read_text())["exercises"]
 
     hand_in(None)
-    run("grade", "2.4", str(notebook))
+    run("grade", "2.3", str(notebook))
     assert not progress_file.exists(), "an exercise as handed out is not a check of the student's work"
-    hand_in((SUBMISSIONS / "ex2_4" / "correct_strided.py").read_text())
-    assert run("grade", "2.4", str(notebook)).returncode == 0
-    hand_in((SUBMISSIONS / "ex2_4" / "wrong_mean_of_accuracies.py").read_text())
-    assert run("grade", "2.4", str(notebook)).returncode == 1
-    assert run("grade", "2.4", str(notebook), "--seed", "7").returncode == 1  # another grading, not the student's
-    entry = kept()["2.4"]
+    hand_in((SUBMISSIONS / "ex2_3" / "correct_strided.py").read_text())
+    assert run("grade", "2.3", str(notebook)).returncode == 0
+    hand_in((SUBMISSIONS / "ex2_3" / "wrong_mean_of_accuracies.py").read_text())
+    assert run("grade", "2.3", str(notebook)).returncode == 1
+    assert run("grade", "2.3", str(notebook), "--seed", "7").returncode == 1  # another grading, not the student's
+    entry = kept()["2.3"]
     assert entry["best"] == entry["max"] == 14 and entry["last"] < 14 and entry["checks_run"] == 2, entry
     assert entry["failing"] == ["accuracy equals the single-process accuracy"], entry
 
     shown = run("progress", str(tmp_path))
     assert shown.returncode == 0
-    assert "done 2.4  best 14/14" in shown.stdout and "1.1  not checked yet" in shown.stdout, shown.stdout
+    assert "done 2.3  best 14/14" in shown.stdout and "1.1  not checked yet" in shown.stdout, shown.stdout
     assert "next: start exercise 1.0" in shown.stdout, shown.stdout
 
     progress_file.write_text("{ not json")  # the student's file, edited by hand: read as nothing, then kept again
     assert "next: start exercise 1.0" in run("progress", str(tmp_path)).stdout
-    run("grade", "2.4", str(notebook))
-    assert kept()["2.4"]["checks_run"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+    run("grade", "2.3", str(notebook))
+    assert kept()["2.3"]["checks_run"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [notebook.name, progress_file.name])

@@ -21,11 +21,10 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "1.3": "the code runs to the end on every rank at every world size",
         "1.4": "the code runs to the end on every rank at every world size",
         "2.1": "the code runs to the end on every rank at every world size",
-        "2.2": "the code runs to the end on every rank at every world size",
-        "2.3": "the script runs to the end on every rank",
-        "2.4": "the code runs to the end on every rank at every world size",
-        "2.6": "the script runs to the end on every rank",
-        "2.7": "the code runs to the end on every rank at every world size",
+        "2.2": "the script runs to the end on every rank",
+        "2.3": "the code runs to the end on every rank at every world size",
+        "2.5": "the script runs to the end on every rank",
+        "2.6": "the code runs to the end on every rank at every world size",
         "3.1": "the code runs to the end on every rank at every world size",
         "3.2": "the script runs to the end on every rank",
         "4.1": ("every launch runs to the end: python, torchrun with 1, 2 and 3 processes, on 2 machines, and with no "
@@ -67,7 +66,7 @@ OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its grad
 NO_COMPUTATION = "with no computation, every bucket's all-reduce is exposed, one after another"
 SLOW_COMPUTATION = "with slow computation, only the last bucket's all-reduce is exposed"
 ZERO_SHARE = "each rank owns an even, contiguous share of the flattened parameters, together all of them once"
-# 2.6's planted bugs, each named by the symptom 2.3's checks see
+# 2.5's planted bugs, each named by the symptom 2.2's checks see
 BUGS = {"wrong_local_rank_as_rank": "exactly one process writes the checkpoint",
         "wrong_no_set_epoch": "the order of the samples changes every epoch",
         "wrong_extra_all_reduce": "equal to the single-process reference trained on the same global batches",
@@ -96,7 +95,7 @@ JOB_SHARE = "each rank draws its own share of the data across the whole job: RAN
 JOB_WRITER = "exactly one writer in the job: global rank 0, not one per machine"
 JOB_MODEL = "the job trains the same model as one process on the same global batches"
 MOMENTS = "Adam's two moments per rank: whole under DDP, whole tensors dealt out under ZeRO-1, sharded under FSDP"
-ORDER_2_3 = "the order of the samples changes every epoch (set_epoch(epoch) at the top of each)"
+ORDER_2_2 = "the order of the samples changes every epoch (set_epoch(epoch) at the top of each)"
 CAUGHT_BY = {
     ("1.0", "wrong_ring_sends_whole_tensor"): {"Q3: what each rank sends in a ring all-reduce",
                                                "Q5: the idle share of a pipeline"},
@@ -142,23 +141,23 @@ CAUGHT_BY = {
     ("1.5", "wrong_data_sends_everything_to_rank0"): {"bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)"},
     ("1.5", "wrong_pipeline_one_direction"): {"bytes sent per step by the busiest rank: pipeline parallelism"},
     ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
-    **{("2.6", name): {check} for name, check in BUGS.items()},
-    ("2.7", "wrong_no_broadcast"): {"after construction every rank holds rank 0's weights"},
-    ("2.7", "wrong_summed"): {OVERLAP_MEAN},
-    ("2.7", "wrong_not_copied_back"): {OVERLAP_MEAN},
-    ("2.7", "wrong_buckets_in_forward_order"): {BUCKETS},
-    ("2.7", "wrong_bucket_size_ignored"): {BUCKETS},
-    ("2.7", "wrong_one_all_reduce_per_parameter"): {BUCKETS},
-    ("2.7", "wrong_waits_for_all_gradients"): {OVERLAP},
-    ("2.7", "wrong_blocking_all_reduce_in_hook"): {OVERLAP},
-    ("2.7", "wrong_waits_in_the_hook"): {OVERLAP},
-    ("2.7", "wrong_waits_on_rank0_for_a_bucket_rank1_never_started"): {RUNS["2.7"]},
-    ("2.8", "wrong_all_reduces_at_once"): {NO_COMPUTATION},
-    ("2.8", "wrong_zero_everywhere"): {NO_COMPUTATION, SLOW_COMPUTATION, "the exposed time equals the schedule's on schedules in between"},
-    ("2.8", "wrong_one_latency_per_step"): {NO_COMPUTATION},
-    ("2.8", "wrong_buckets_in_forward_order"): {SLOW_COMPUTATION},
-    ("2.8", "wrong_from_the_start_of_backward"): {SLOW_COMPUTATION},
-    ("2.8", "wrong_ready_in_forward_order"): {SLOW_COMPUTATION},
+    **{("2.5", name): {check} for name, check in BUGS.items()},
+    ("2.6", "wrong_no_broadcast"): {"after construction every rank holds rank 0's weights"},
+    ("2.6", "wrong_summed"): {OVERLAP_MEAN},
+    ("2.6", "wrong_not_copied_back"): {OVERLAP_MEAN},
+    ("2.6", "wrong_buckets_in_forward_order"): {BUCKETS},
+    ("2.6", "wrong_bucket_size_ignored"): {BUCKETS},
+    ("2.6", "wrong_one_all_reduce_per_parameter"): {BUCKETS},
+    ("2.6", "wrong_waits_for_all_gradients"): {OVERLAP},
+    ("2.6", "wrong_blocking_all_reduce_in_hook"): {OVERLAP},
+    ("2.6", "wrong_waits_in_the_hook"): {OVERLAP},
+    ("2.6", "wrong_waits_on_rank0_for_a_bucket_rank1_never_started"): {RUNS["2.6"]},
+    ("2.7", "wrong_all_reduces_at_once"): {NO_COMPUTATION},
+    ("2.7", "wrong_zero_everywhere"): {NO_COMPUTATION, SLOW_COMPUTATION, "the exposed time equals the schedule's on schedules in between"},
+    ("2.7", "wrong_one_latency_per_step"): {NO_COMPUTATION},
+    ("2.7", "wrong_buckets_in_forward_order"): {SLOW_COMPUTATION},
+    ("2.7", "wrong_from_the_start_of_backward"): {SLOW_COMPUTATION},
+    ("2.7", "wrong_ready_in_forward_order"): {SLOW_COMPUTATION},
     ("3.7", "wrong_whole_tensors"): {ZERO_SHARE},
     ("3.7", "wrong_all_reduces_the_gradients"): {"the gradients are reduce-scattered (each rank receives its share's sum), "
                                                  "not all-reduced"},
@@ -182,10 +181,10 @@ CAUGHT_BY = {
                                  "storing about 1/W"},
     ("3.8", "wrong_prediction_forgets_the_root"): {TOWER_PREDICTION},
     ("3.8", "wrong_prediction_fits_without_resharding"): {TOWER_PREDICTION},
-    ("2.7", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns", OVERLAP_MEAN},
-    ("2.7", "wrong_never_waits_nor_copies_back"): {"every all-reduce is waited for before finish_gradient_synchronization returns",
+    ("2.6", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns", OVERLAP_MEAN},
+    ("2.6", "wrong_never_waits_nor_copies_back"): {"every all-reduce is waited for before finish_gradient_synchronization returns",
                                                    OVERLAP_MEAN},
-    ("2.7", "wrong_one_all_reduce_after_backward"): {BUCKETS, OVERLAP},
+    ("2.6", "wrong_one_all_reduce_after_backward"): {BUCKETS, OVERLAP},
     ("3.0", "wrong_zero1_shards_gradients"): {"Q1: training state per rank under ZeRO stage 1"},
     ("4.0", "wrong_restart_count_as_epoch"): {"Q4: the epoch a restarted job resumes at"},
     ("3.1", "wrong_mean_of_means"): {BN_OUTPUT},
@@ -273,42 +272,43 @@ CAUGHT_BY = {
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
     ("2.1", "wrong_nccl_on_cpu"): {RUNS["2.1"], "backend: gloo on CPUs, nccl on GPUs"},
     ("2.1", "wrong_swapped_return"): {"rank, local rank and world size come from the launcher's environment"},
+    ("2.1", "wrong_setup_joins_nothing"): {"process group initialized when setup() returns"},
     ("2.1", "wrong_fixed_port"): {RUNS["2.1"], "rendezvous through the launcher's environment (no hard-coded address or port)"},
+    ("2.1", "wrong_no_sampler"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
+    ("2.1", "wrong_shuffle_beside_sampler"): {RUNS["2.1"], "no shuffle=True beside the sampler"},
+    ("2.1", "wrong_sampler_unshuffled"): {"the order changes every epoch once set_epoch is called"},
+    ("2.1", "wrong_batch_times_world_size"): {"batches of batch_size samples on every rank"},
+    ("2.1", "wrong_one_replica"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
+    ("2.2", "wrong_no_set_epoch"): {ORDER_2_2},
+    ("2.2", "wrong_sampler_unshuffled"): {ORDER_2_2},
+    ("2.2", "wrong_set_epoch_zero"): {ORDER_2_2},
+    ("2.2", "wrong_batch_times_world_size"): {"each process's batch is BATCH_SIZE samples"},
+    ("2.2", "wrong_barrier_before_backward_on_rank0"): {RUNS["2.2"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("2.2", "wrong_every_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
+    ("2.2", "wrong_saves_wrapper"): {"checkpoint keys have no 'module.' prefix and load strictly into the plain model"},
     ("2.2", "wrong_no_sampler"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
-    ("2.2", "wrong_shuffle_beside_sampler"): {RUNS["2.2"], "no shuffle=True beside the sampler"},
-    ("2.2", "wrong_sampler_unshuffled"): {"the order changes every epoch once set_epoch is called (shuffle in the sampler)"},
-    ("2.2", "wrong_batch_times_world_size"): {"batches of batch_size samples on every rank"},
-    ("2.2", "wrong_one_replica"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
-    ("2.3", "wrong_no_set_epoch"): {ORDER_2_3},
-    ("2.3", "wrong_sampler_unshuffled"): {ORDER_2_3},
-    ("2.3", "wrong_set_epoch_zero"): {ORDER_2_3},
-    ("2.3", "wrong_batch_times_world_size"): {"each process's batch is BATCH_SIZE samples"},
-    ("2.3", "wrong_barrier_before_backward_on_rank0"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
-    ("2.3", "wrong_every_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
-    ("2.3", "wrong_saves_wrapper"): {"checkpoint keys have no 'module.' prefix and load strictly into the plain model"},
-    ("2.3", "wrong_no_sampler"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
-    ("2.3", "wrong_no_destroy"): {"process group destroyed at the end"},
-    ("2.3", "wrong_shuffle_beside_sampler"): {RUNS["2.3"]},
-    ("2.3", "wrong_manual_sum_allreduce"): {"model wrapped in DistributedDataParallel",
+    ("2.2", "wrong_no_destroy"): {"process group destroyed at the end"},
+    ("2.2", "wrong_shuffle_beside_sampler"): {RUNS["2.2"]},
+    ("2.2", "wrong_manual_sum_allreduce"): {"model wrapped in DistributedDataParallel",
                                             "equal to the single-process reference trained on the same global batches"},
-    ("2.3", "wrong_barrier_on_rank0_only"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
-    ("2.3", "wrong_barrier_on_rank0_at_three_ranks"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
-    ("2.3", "wrong_saves_on_local_rank0"): {"exactly one checkpoint writer: global rank 0"},
-    ("2.3", "wrong_last_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
-    ("2.3", "wrong_no_sampler_lr_scaled"): {"each epoch the ranks' samples are disjoint and cover the dataset",
+    ("2.2", "wrong_barrier_on_rank0_only"): {RUNS["2.2"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("2.2", "wrong_barrier_on_rank0_at_three_ranks"): {RUNS["2.2"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("2.2", "wrong_saves_on_local_rank0"): {"exactly one checkpoint writer: global rank 0"},
+    ("2.2", "wrong_last_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
+    ("2.2", "wrong_no_sampler_lr_scaled"): {"each epoch the ranks' samples are disjoint and cover the dataset",
                                             "equal to the single-process reference trained on the same global batches"},
-    ("2.4", "wrong_local_only"): {"every rank returns the same accuracy", "accuracy equals the single-process accuracy"},
-    ("2.4", "wrong_mean_of_accuracies"): {"accuracy equals the single-process accuracy"},
-    ("2.4", "wrong_sampler_padding"): {"every sample scored exactly once across the ranks"},
-    ("2.4", "wrong_reduce_on_rank0_only"): {RUNS["2.4"], "every rank calls the same collectives (none inside `if rank == 0`)"},
-    ("2.4", "wrong_rank0_scores_all"): {"every rank scores its own share of the samples"},
-    ("2.5", "wrong_no_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},
-    ("2.5", "wrong_always_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},
-    ("2.5", "wrong_unscaled_loss"): {"equal to the single-process reference with the same windows"},
-    ("2.5", "wrong_divides_by_accum_steps"): {"equal to the single-process reference with the same windows"},
-    ("2.5", "wrong_drops_short_window"): {"one optimizer step per accumulation window"},
-    ("2.5", "wrong_steps_every_micro_batch"): {"one optimizer step per accumulation window"},
-    ("2.5", "wrong_manual_sum_allreduce"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)",
+    ("2.3", "wrong_local_only"): {"every rank returns the same accuracy", "accuracy equals the single-process accuracy"},
+    ("2.3", "wrong_mean_of_accuracies"): {"accuracy equals the single-process accuracy"},
+    ("2.3", "wrong_sampler_padding"): {"every sample scored exactly once across the ranks"},
+    ("2.3", "wrong_reduce_on_rank0_only"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("2.3", "wrong_rank0_scores_all"): {"every rank scores its own share of the samples"},
+    ("2.4", "wrong_no_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},
+    ("2.4", "wrong_always_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},
+    ("2.4", "wrong_unscaled_loss"): {"equal to the single-process reference with the same windows"},
+    ("2.4", "wrong_divides_by_accum_steps"): {"equal to the single-process reference with the same windows"},
+    ("2.4", "wrong_drops_short_window"): {"one optimizer step per accumulation window"},
+    ("2.4", "wrong_steps_every_micro_batch"): {"one optimizer step per accumulation window"},
+    ("2.4", "wrong_manual_sum_allreduce"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)",
                                             "equal to the single-process reference with the same windows"},
 }
 
@@ -414,7 +414,7 @@ def test_not_started_says_so_instead_of_a_wall_of_errors(exercise_id):
 def test_a_crash_shows_the_failing_ranks_traceback_in_the_students_terms():
     report = graded("2.1", "wrong_nccl_on_cpu")
     assert report.problem.startswith("world size 1: rank 0 raised RuntimeError")
-    assert 'File "exercise cell", line 9, in setup' in report.problem
+    assert 'File "exercise cell", line 10, in setup' in report.problem
     assert "autograder" not in report.problem
 
 
@@ -425,8 +425,8 @@ def test_a_receive_into_a_buffer_of_another_size_names_both_lines():
     assert seen and seen[1] != seen[2], report.problem
 
 
-@pytest.mark.parametrize("exercise_id,name", [("2.4", "wrong_reduce_on_rank0_only"),
-                                              ("2.3", "wrong_barrier_on_rank0_only")])
+@pytest.mark.parametrize("exercise_id,name", [("2.3", "wrong_reduce_on_rank0_only"),
+                                              ("2.2", "wrong_barrier_on_rank0_only")])
 def test_a_collective_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_id, name):
     report = graded(exercise_id, name)
     assert "deadlock: rank 0 in " in report.problem and "call every collective on every rank" in report.problem.lower()
@@ -436,15 +436,15 @@ def test_a_collective_on_rank_0_only_is_reported_as_a_hang_in_seconds(exercise_i
 
 
 def test_a_launch_that_hangs_at_one_world_size_costs_the_checks_their_share_at_that_size():
-    report = graded("2.3", "wrong_barrier_on_rank0_at_three_ranks")
+    report = graded("2.2", "wrong_barrier_on_rank0_at_three_ranks")
     assert report.problem.startswith("world size 3: deadlock: rank 0 in barrier #1"), report.problem
     checks = {c.name: c for c in report.checks}
-    assert checks[RUNS["2.3"]].points == 0
+    assert checks[RUNS["2.2"]].points == 0
     held = checks["model wrapped in DistributedDataParallel"]
     # world sizes 2 and 3 count (one process shows no distributed mistake): held at 2, not judged at 3
     assert held.status == "timeout" and held.points == held.max_points / 2, held
     assert held.message.startswith("held at world size 2; not judged at world size 3"), held.message
-    stopped_everywhere = graded("2.3", "wrong_barrier_on_rank0_only")
+    stopped_everywhere = graded("2.2", "wrong_barrier_on_rank0_only")
     assert all(c.points == 0 for c in stopped_everywhere.checks if c.status == "timeout")
 
 
@@ -455,7 +455,7 @@ def test_a_killed_job_that_never_finished_earns_nothing_for_its_final_weights():
 
 
 def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():
-    runs = {c.name: c for c in graded("2.3", "wrong_barrier_on_rank0_only").checks}[RUNS["2.3"]]
+    runs = {c.name: c for c in graded("2.2", "wrong_barrier_on_rank0_only").checks}[RUNS["2.2"]]
     assert "a collective returns only once every rank has called it" in runs.message, runs.message
     crash = {c.name: c for c in graded("2.1", "wrong_nccl_on_cpu").checks}[RUNS["2.1"]]
     assert "Hint: read the error above" in crash.message and "because it was gone" not in crash.message, crash.message
@@ -463,8 +463,8 @@ def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():
 
 def test_ddps_own_gradient_all_reduce_is_never_told_as_the_codes():
     once = "gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"
-    ddp_every_micro_batch = {c.name: c for c in graded("2.5", "wrong_no_no_sync").checks}[once]
-    by_hand = {c.name: c for c in graded("2.5", "wrong_manual_sum_allreduce").checks}[once]
+    ddp_every_micro_batch = {c.name: c for c in graded("2.4", "wrong_no_no_sync").checks}[once]
+    by_hand = {c.name: c for c in graded("2.4", "wrong_manual_sum_allreduce").checks}[once]
     assert "itself" not in ddp_every_micro_batch.message, ddp_every_micro_batch.message
     assert "the code all-reduced gradients itself" in by_hand.message, by_hand.message
 
@@ -489,7 +489,7 @@ def test_a_resume_that_parts_from_the_uninterrupted_run_is_told_by_what_its_step
 
 
 def test_a_rank_in_a_barrier_while_another_is_in_ddps_backward_is_a_deadlock_told_in_seconds():
-    report = graded("2.3", "wrong_barrier_before_backward_on_rank0")
+    report = graded("2.2", "wrong_barrier_before_backward_on_rank0")
     assert re.search(r"deadlock: rank 0 in barrier #1 \(exercise cell line \d+, in main\), rank 1 in DDP's gradient "
                      r"all-reduce in backward\(\) #1 \(exercise cell line \d+, in main\)", report.problem), report.problem
     assert report.elapsed < 15
@@ -497,7 +497,7 @@ def test_a_rank_in_a_barrier_while_another_is_in_ddps_backward_is_a_deadlock_tol
 
 def test_the_mean_of_accuracies_is_really_different_from_the_accuracy():
     # the negative control only means something if the data make the two numbers differ
-    report = graded("2.4", "wrong_mean_of_accuracies")
+    report = graded("2.3", "wrong_mean_of_accuracies")
     message = {c.name: c for c in report.checks}["accuracy equals the single-process accuracy"].message
     assert "world size 2" in message
 
@@ -508,7 +508,7 @@ def test_a_swapped_return_tuple_is_named_as_such():
 
 
 def test_summed_gradients_are_named_as_such():
-    report = graded("2.5", "wrong_manual_sum_allreduce")
+    report = graded("2.4", "wrong_manual_sum_allreduce")
     assert "summed, not averaged" in report.to_text()
 
 
@@ -624,7 +624,7 @@ def test_the_course_s_own_runs_are_drawn_as_such_not_as_the_students():
 
 
 def test_the_timeline_numbers_epochs_and_steps_and_says_what_to_look_for():
-    report = graded("2.3", "correct_tutorial")
+    report = graded("2.2", "correct_tutorial")
     drawn = Timeline.from_dict(report.timeline)
     epochs = [m["label"] for m in drawn.marks if m["kind"] == "epoch"]
     steps = [m for m in drawn.marks if m["kind"] == "step"]
@@ -653,15 +653,15 @@ def handed_out(exercise_id: str, notebook: str, name: str):
     return graded(exercise_id, name)
 
 
-def test_the_single_process_script_2_3_starts_from_scores_nothing_and_says_why():
-    report = handed_out("2.3", "02_ddp_basics.ipynb", "given_single_process")
+def test_the_single_process_script_2_2_starts_from_scores_nothing_and_says_why():
+    report = handed_out("2.2", "02_ddp_basics.ipynb", "given_single_process")
     assert report.score == 0
     assert report.problem.startswith("Nothing to grade: no rank joined a process group: this is still a "
                                      "single-process script"), report.problem
 
 
-def test_the_script_2_6_hands_out_fails_the_checks_of_all_its_bugs_at_once():
-    report = handed_out("2.6", "02_ddp_basics.ipynb", "given_buggy")
+def test_the_script_2_5_hands_out_fails_the_checks_of_all_its_bugs_at_once():
+    report = handed_out("2.5", "02_ddp_basics.ipynb", "given_buggy")
     assert {c.name for c in report.checks if c.status == "failed"} == set(BUGS.values()), report.to_text()
     # its points are the planted bugs': as handed out it earns only what it already did right
     assert report.score <= report.max_score / 6, report.to_text()

@@ -41,7 +41,7 @@ def checks(report) -> dict:
 # -- tampering earns nothing ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["forged_events_2_4", "replaces_all_reduce_2_4", "writes_the_event_log_2_4"])
+@pytest.mark.parametrize("name", ["forged_events_2_3", "replaces_all_reduce_2_3", "writes_the_event_log_2_3"])
 def test_a_submission_that_tampers_with_the_instrumentation_scores_nothing(name, clean):
     report = grade(name)
     assert report.score == 0, report.to_text()
@@ -49,7 +49,7 @@ def test_a_submission_that_tampers_with_the_instrumentation_scores_nothing(name,
     assert all("nothing to grade" in c.message for c in report.checks if c.status != "skipped")
 
 
-@pytest.mark.parametrize("name", ["nothing_2_3", "constant_2_4", "nothing_2_5"])
+@pytest.mark.parametrize("name", ["nothing_2_2", "constant_2_3", "nothing_2_4"])
 def test_doing_nothing_scores_nothing(name, clean):
     report = grade(name)
     assert report.score == 0, report.to_text()
@@ -58,11 +58,11 @@ def test_doing_nothing_scores_nothing(name, clean):
 
 
 def test_the_expected_answer_is_nowhere_in_a_ranks_memory(clean):
-    from autograder.exercises import ex2_4
+    from autograder.exercises import ex2_3
 
-    report = grade("hunts_for_the_answer_2_4")
+    report = grade("hunts_for_the_answer_2_3")
     found = report.problem.split("FOUND", 1)[1].splitlines()[0]
-    correct = ex2_4.expected(0)["correct"]
+    correct = ex2_3.expected(0)["correct"]
     expected = sum(correct) / len(correct)
     assert repr(expected) not in found and f"{expected:.6f}" not in found
     assert report.score == 0
@@ -71,7 +71,7 @@ def test_the_expected_answer_is_nowhere_in_a_ranks_memory(clean):
 def test_a_pickled_checkpoint_is_never_unpickled(clean):
     marker = Path("/tmp/unpickled")  # where the payload would write, if the grader unpickled it
     marker.unlink(missing_ok=True)
-    report = grade("pickled_checkpoint_2_3")
+    report = grade("pickled_checkpoint_2_2")
     assert not marker.exists()
     assert report.score == 0
 
@@ -120,10 +120,10 @@ def test_what_the_ranks_write_is_read_as_capped_plain_data(tmp_path):
 
 @needs_sandbox
 def test_a_submission_that_kills_what_it_sees_and_forges_a_report_gets_nothing(clean):
-    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.4", str(HOSTILE / "kills_everything_2_4.py"),
+    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.3", str(HOSTILE / "kills_everything_2_3.py"),
                           "--json", "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     report = json.loads(out.stdout)  # the grader's own report, whole, and nothing else on stdout
-    assert report["score"] == 0 and report["exercise"] == "2.4"
+    assert report["score"] == 0 and report["exercise"] == "2.3"
     assert out.returncode == 1
 
 
@@ -132,19 +132,19 @@ def test_the_ranks_run_as_an_unprivileged_user_without_the_graders_environment(t
     monkeypatch.setenv("GRADER_SECRET", "token")
     script = tmp_path / "who.py"
     script.write_text("import os\nprint(os.getuid(), os.environ.get('GRADER_SECRET'), flush=True)\nos._exit(3)\n")
-    report = engine.grade("2.3", script, [1])
+    report = engine.grade("2.2", script, [1])
     uid, secret = report.problem.split("Its last output:\n", 1)[1].split()[:2]
     assert int(uid) != 0 and secret == "None", report.problem
 
 
 def test_the_report_says_when_the_sandbox_was_off(clean):
-    report = grade("constant_2_4", sandbox_setting="off")
+    report = grade("constant_2_3", sandbox_setting="off")
     assert report.sandbox.startswith("off") and "without the sandbox" in report.to_text()
 
 
 def test_the_sandbox_can_be_required_and_is_refused_where_it_cannot_run(tmp_path):
     env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on PATH
-    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.4", str(HOSTILE / "constant_2_4.py"),
+    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.3", str(HOSTILE / "constant_2_3.py"),
                           "--sandbox", "required"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 2
     assert "sandbox is required" in out.stderr and "bubblewrap" in out.stderr
@@ -154,10 +154,10 @@ def test_the_sandbox_can_be_required_and_is_refused_where_it_cannot_run(tmp_path
 
 
 @pytest.mark.parametrize("name,first_line", [
-    ("crash_on_rank1_2_4", "world size 2: rank 1 raised ValueError: rank 1 lost its data"),
-    ("exits_on_rank1_2_4", "world size 2: rank 1 exited with code 3 before its code returned"),
-    ("segfault_on_rank1_2_4", "world size 2: rank 1 was killed by SIGSEGV"),
-    ("memory_hog_2_4", "world size 1: rank 0 raised MemoryError"),
+    ("crash_on_rank1_2_3", "world size 2: rank 1 raised ValueError: rank 1 lost its data"),
+    ("exits_on_rank1_2_3", "world size 2: rank 1 exited with code 3 before its code returned"),
+    ("segfault_on_rank1_2_3", "world size 2: rank 1 was killed by SIGSEGV"),
+    ("memory_hog_2_3", "world size 1: rank 0 raised MemoryError"),
 ])
 def test_the_rank_that_failed_first_is_named_with_its_own_failure(name, first_line, clean):
     report = grade(name)
@@ -170,11 +170,11 @@ def test_the_rank_that_failed_first_is_named_with_its_own_failure(name, first_li
 
 
 @pytest.mark.parametrize("name,cause", [
-    ("mismatched_collectives_2_4", "rank 0 in all_reduce #1 (exercise cell line 21, in evaluate), "
+    ("mismatched_collectives_2_3", "rank 0 in all_reduce #1 (exercise cell line 21, in evaluate), "
                                    "rank 1 in broadcast #1 with root 0 (exercise cell line 19, in evaluate)"),
-    ("shape_mismatch_2_4", "other shapes"),
-    ("fixed_world_size_2_3", "passed world_size=4, but the launcher started 1 process(es)"),
-    ("spawns_inside_2_3", "mp.spawn inside a script that the launcher already started"),
+    ("shape_mismatch_2_3", "other shapes"),
+    ("fixed_world_size_2_2", "passed world_size=4, but the launcher started 1 process(es)"),
+    ("spawns_inside_2_2", "mp.spawn inside a script that the launcher already started"),
 ])
 def test_a_deadlock_of_any_shape_is_told_in_seconds_with_its_cause(name, cause, clean):
     start = time.monotonic()
@@ -185,19 +185,19 @@ def test_a_deadlock_of_any_shape_is_told_in_seconds_with_its_cause(name, cause, 
 
 
 def test_a_rank_still_computing_is_never_called_hung(clean):
-    report = grade("slow_rank0_2_4")
+    report = grade("slow_rank0_2_3")
     assert report.all_passed, report.to_text()
 
 
 def test_the_time_limit_is_stated_when_it_is_hit(tmp_path, clean):
     script = tmp_path / "forever.py"
     script.write_text("import time\ntime.sleep(600)\n")
-    report = engine.grade("2.3", script, [1], timeout=2)
+    report = engine.grade("2.2", script, [1], timeout=2)
     assert "at the time limit of 2 s" in report.problem
 
 
 def test_a_crash_at_one_world_size_keeps_the_share_of_the_points_judged_at_the_others(clean):
-    report = grade("crash_at_world_size_3_2_4")
+    report = grade("crash_at_world_size_3_2_3")
     by_name = checks(report)
     assert by_name["the code runs to the end on every rank at every world size"].status == "failed"
     # of the world sizes of several processes, 2 and 3, every other check held at 2 and was not judged at 3
@@ -208,14 +208,14 @@ def test_a_crash_at_one_world_size_keeps_the_share_of_the_points_judged_at_the_o
 
 
 def test_a_function_exercise_runs_with_an_argv_of_its_own(clean):
-    assert grade("parses_arguments_2_4").all_passed
+    assert grade("parses_arguments_2_3").all_passed
 
 
 def test_a_rank_reading_its_stdin_reads_nothing_of_the_graders_requests(clean):
-    assert grade("reads_stdin_2_4").all_passed
+    assert grade("reads_stdin_2_3").all_passed
 
 
-@pytest.mark.parametrize("name", ["huge_output_2_4", "huge_output_then_crash_2_4"])
+@pytest.mark.parametrize("name", ["huge_output_2_3", "huge_output_then_crash_2_3"])
 def test_a_50_mb_line_of_output_does_not_reach_the_report(name, clean):
     report = grade(name)
     assert len(report.to_json()) < 100_000 and len(report._repr_html_()) < 200_000
@@ -223,7 +223,7 @@ def test_a_50_mb_line_of_output_does_not_reach_the_report(name, clean):
 
 @needs_sandbox
 def test_a_fork_bomb_is_stopped_by_the_process_limit_and_cleaned_up(clean):
-    report = grade("fork_bomb_2_4", world_sizes=[1])
+    report = grade("fork_bomb_2_3", world_sizes=[1])
     assert "fork failed after" in report.problem and report.score == 0
 
 
@@ -235,7 +235,7 @@ def test_a_fork_bomb_is_stopped_by_the_process_limit_and_cleaned_up(clean):
 def test_a_file_that_is_not_python_text_gets_one_line_saying_so(tmp_path, content, message):
     path = tmp_path / "answer.py"
     path.write_bytes(content)
-    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.4", str(path)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "2.3", str(path)], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
     assert path.read_bytes() == content
@@ -246,7 +246,7 @@ def test_a_grader_stopped_by_sigterm_leaves_nothing_behind(tmp_path, clean):
     script.write_text("import subprocess, sys, time\n"
                       "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
                       "time.sleep(600)\n")
-    grader = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "2.3", str(script), "--quiet"],
+    grader = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "2.2", str(script), "--quiet"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(8)  # the ranks are running
     grader.send_signal(signal.SIGTERM)

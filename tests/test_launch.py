@@ -117,8 +117,8 @@ def test_the_whole_process_tree_is_killed_even_children_that_left_the_group(host
 
 
 def test_two_graders_at_once_do_not_collide(tmp_path):
-    solution = "tests/submissions/ex2_4/correct_strided.py"
-    command = [sys.executable, "-m", "autograder", "grade", "2.4", solution, "--quiet"]
+    solution = "tests/submissions/ex2_3/correct_strided.py"
+    command = [sys.executable, "-m", "autograder", "grade", "2.3", solution, "--quiet"]
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=120)[0] for p in runs]
     assert [p.returncode for p in runs] == [0, 0], outputs

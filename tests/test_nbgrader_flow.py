@@ -1,7 +1,7 @@
 """nbgrader end to end: release, autograde a small class, feedback, export.
 
-The class: `correct` hands in the solutions; `wrong` averages per-rank accuracies in 2.4;
-`hanging` calls 2.4's all_reduce on rank 0 only; `empty` hands in the released notebook;
+The class: `correct` hands in the solutions; `wrong` averages per-rank accuracies in 2.3;
+`hanging` calls 2.3's all_reduce on rank 0 only; `empty` hands in the released notebook;
 `cheater` hands in the released notebook with a cell that rebinds `check` to do nothing, which
 scores full marks wherever a check cell's output is taken from the student's kernel.
 Every nbgrader process, and so every kernel, grader and rank under it, gets its temporary
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
 NOTEBOOK = SOURCE.stem
 ASSIGNMENT = "ps2"
-SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
+SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_3"
 IDS = [magic_id(c.source) for c in nbformat.read(SOURCE, as_version=4).cells
        if c.cell_type == "code" and magic_id(c.source)]
 
@@ -120,8 +120,8 @@ def course(tmp_path_factory):
     def class_of(released, solutions, correct):
         return {
             "correct": solutions,
-            "wrong": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()}),
-            "hanging": handed_in(released, {**correct, "2.4": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
+            "wrong": handed_in(released, {**correct, "2.3": (SUBMISSIONS / "wrong_mean_of_accuracies.py").read_text()}),
+            "hanging": handed_in(released, {**correct, "2.3": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
             "empty": nbformat.read(released, as_version=4),
             "cheater": with_cell(nbformat.read(released, as_version=4), 2, "check = lambda *args, **kwargs: None"),
         }
@@ -142,14 +142,14 @@ def test_correct_gets_full_marks(scores):
 
 
 def test_wrong_gets_partial_credit_on_the_wrong_exercise(scores):
-    score, top = scores["wrong"]["2.4"]
+    score, top = scores["wrong"]["2.3"]
     assert 0 < score < top
-    assert all(s == t for i, (s, t) in scores["wrong"].items() if i != "2.4")
+    assert all(s == t for i, (s, t) in scores["wrong"].items() if i != "2.3")
 
 
 def test_hanging_loses_that_exercise_only(scores):
-    assert scores["hanging"]["2.4"][0] == 0
-    assert all(s == t for i, (s, t) in scores["hanging"].items() if i != "2.4")
+    assert scores["hanging"]["2.3"][0] == 0
+    assert all(s == t for i, (s, t) in scores["hanging"].items() if i != "2.3")
 
 
 def test_empty_gets_zero(scores):
@@ -159,14 +159,14 @@ def test_empty_gets_zero(scores):
 def test_rebinding_check_in_the_notebook_earns_nothing(scores, course):
     assert all(score == 0 for score, _ in scores["cheater"].values()), scores["cheater"]
     nb = nbformat.read(course / "autograded" / "cheater" / ASSIGNMENT / SOURCE.name, as_version=4)
-    check_2_4 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_4")
-    assert "not implemented yet" in check_2_4.outputs[0]["data"]["text/html"]
+    check_2_3 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_3")
+    assert "not implemented yet" in check_2_3.outputs[0]["data"]["text/html"]
 
 
 def test_hidden_tests_ran_at_autograde(course):
     nb = nbformat.read(course / "autograded" / "correct" / ASSIGNMENT / SOURCE.name, as_version=4)
-    check_2_4 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_4")
-    assert "seed = 7" in check_2_4.source
+    check_2_3 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_2_3")
+    assert "seed = 7" in check_2_3.source
 
 
 def test_feedback_and_grades_csv(course):

@@ -18,16 +18,16 @@ from autograder.report import CheckResult, Report
 from conftest import alive, descendants
 
 ROOT = Path(__file__).resolve().parent.parent
-WRONG_2_4 = ROOT / "tests" / "submissions" / "ex2_4" / "wrong_mean_of_accuracies.py"
-SCRIPT_2_3 = ROOT / "tests" / "submissions" / "ex2_3" / "correct_tutorial.py"
+WRONG_2_3 = ROOT / "tests" / "submissions" / "ex2_3" / "wrong_mean_of_accuracies.py"
+SCRIPT_2_2 = ROOT / "tests" / "submissions" / "ex2_2" / "correct_tutorial.py"
 
 CELLS = {
     "setup": "%load_ext autograder\nfrom autograder.notebook import check, progress",
-    "check_too_early": 'check("2.4")',
-    "exercise": "%%exercise 2.4\n" + WRONG_2_4.read_text(),
-    "check": 'check("2.4")',
+    "check_too_early": 'check("2.3")',
+    "exercise": "%%exercise 2.3\n" + WRONG_2_3.read_text(),
+    "check": 'check("2.3")',
     "unknown": "%%exercise 9.9\nx = 1",
-    "script": "%%exercise 2.3\n" + SCRIPT_2_3.read_text(),
+    "script": "%%exercise 2.2\n" + SCRIPT_2_2.read_text(),
     "namespace": 'print(evaluate.__name__, "main" in globals())',
     "ring": "%%exercise 1.2\n" + (ROOT / "tests" / "submissions" / "ex1_2" / "wrong_gather_to_rank0.py").read_text(),
     "predict": "%%exercise 1.5\n" + (ROOT / "tests" / "submissions" / "ex1_5" / "correct_counted.py").read_text(),
@@ -65,7 +65,7 @@ def test_check_cell_writes_nothing_to_stderr(executed):
 def test_check_cell_value_is_the_partial_score(executed):
     data = result_of(executed["check"])
     score = float(data["text/plain"])  # what nbgrader reads as partial credit
-    assert 0 < score < exercises.get("2.4").points
+    assert 0 < score < exercises.get("2.3").points
 
 
 def test_check_cell_html_names_the_failing_check(executed):
@@ -92,9 +92,9 @@ def test_every_check_is_noted_beside_the_notebook_and_progress_shows_the_course(
 
     kept = progress.load(executed["folder"])
     score = float(result_of(executed["check"])["text/plain"])
-    assert kept["2.4"]["best"] == kept["2.4"]["last"] == score < kept["2.4"]["max"], kept
-    assert kept["2.4"]["checks_run"] == 1 and kept["2.4"]["failing"], kept  # the check before the cell ran is not one
-    assert "1.5" in kept and "2.3" not in kept, kept  # a script cell that was never checked
+    assert kept["2.3"]["best"] == kept["2.3"]["last"] == score < kept["2.3"]["max"], kept
+    assert kept["2.3"]["checks_run"] == 1 and kept["2.3"]["failing"], kept  # the check before the cell ran is not one
+    assert "1.5" in kept and "2.2" not in kept, kept  # a script cell that was never checked
     shown = result_of(executed["progress"])
     assert "<table>" in shown["text/html"] and "next: start exercise 1.0" in shown["text/html"], shown
     assert f"best {score:g}/14" in shown["text/plain"], shown["text/plain"]
@@ -134,8 +134,8 @@ def test_an_exercise_the_grader_does_not_know_scores_zero(own_grader, monkeypatc
 
 def test_a_grader_past_the_limit_is_stopped(own_grader, monkeypatch):
     monkeypatch.setattr(notebook, "GRADE_LIMIT", 0.2)
-    monkeypatch.setitem(notebook._cells, "2.4", WRONG_2_4.read_text())
-    outcome = notebook.check("2.4")
+    monkeypatch.setitem(notebook._cells, "2.3", WRONG_2_3.read_text())
+    outcome = notebook.check("2.3")
     assert repr(outcome) == "0.0"
     assert "did not answer within 0.2 s" in outcome._repr_html_()
     assert notebook._grader.proc is None  # stopped, with its ranks; the next check starts a new one
@@ -144,27 +144,27 @@ def test_a_grader_past_the_limit_is_stopped(own_grader, monkeypatch):
 
 
 def test_the_stop_button_is_one_line_and_the_next_grader_is_already_starting(own_grader, monkeypatch):
-    monkeypatch.setitem(notebook._cells, "2.4", WRONG_2_4.read_text())
+    monkeypatch.setitem(notebook._cells, "2.3", WRONG_2_3.read_text())
     grader = notebook._warm_grader()
     monkeypatch.setattr(grader, "_read_line", lambda limit: (_ for _ in ()).throw(KeyboardInterrupt()))
-    outcome = notebook.check("2.4")
+    outcome = notebook.check("2.3")
     assert repr(outcome) == "0.0" and "stopped with the stop button" in outcome._repr_html_()
     assert "Traceback" not in outcome._repr_html_()
     assert grader.proc is not None and grader.proc.poll() is None  # a fresh server, started at once
 
 
 def _report(*checks):
-    return Report("2.4", "t", "gloo", [1, 2], [CheckResult(*c) for c in checks])
+    return Report("2.3", "t", "gloo", [1, 2], [CheckResult(*c) for c in checks])
 
 
 def test_skipped_checks_do_not_cost_points():
-    outcome = notebook.CheckOutcome("2.4", _report(("a", "passed", 2, 2), ("gpu", "skipped", 0, 1)))
+    outcome = notebook.CheckOutcome("2.3", _report(("a", "passed", 2, 2), ("gpu", "skipped", 0, 1)))
     assert repr(outcome) == "3.0"
 
 
 def test_partial_score_is_scaled_to_the_exercise_points():
     outcome = notebook.CheckOutcome(
-        "2.4", _report(("a", "passed", 1, 1), ("b", "failed", 0, 2), ("gpu", "skipped", 0, 1)))
+        "2.3", _report(("a", "passed", 1, 1), ("b", "failed", 0, 2), ("gpu", "skipped", 0, 1)))
     assert repr(outcome) == "1.33"
 
 
@@ -172,7 +172,7 @@ def test_one_score_everywhere_rounded_to_two_decimals():
     report = _report(("a", "passed", 1, 1), ("b", "failed", 0, 2), ("gpu", "skipped", 0, 1))
     assert report.to_dict()["score"] == 1.33 and report.to_dict()["max_score"] == 4
     assert "1.33/4 points" in report.to_text() and "1 check(s) worth 1 point(s) need a GPU per rank and were skipped here" in report.headline()
-    assert "1.33/4 points" in notebook.CheckOutcome("2.4", report)._repr_html_()
+    assert "1.33/4 points" in notebook.CheckOutcome("2.3", report)._repr_html_()
 
 
 KERNEL = """
@@ -181,7 +181,7 @@ from autograder.server import WarmGrader
 grader = WarmGrader()
 grader.ask({"exercise": "9.9", "path": sys.argv[1]}, 120)  # starts the server
 print(grader.root, grader.proc.pid, flush=True)
-grader.proc.stdin.write((json.dumps({"exercise": "2.4", "path": sys.argv[1]}) + "\\n").encode())
+grader.proc.stdin.write((json.dumps({"exercise": "2.3", "path": sys.argv[1]}) + "\\n").encode())
 grader.proc.stdin.flush()  # a grading in flight, whose ranks sleep
 time.sleep(600)
 """
@@ -203,7 +203,7 @@ def described(pids) -> list[str]:
 
 def test_a_kernel_killed_mid_check_leaves_no_grader_no_ranks_and_no_files(tmp_path):
     slow = tmp_path / "slow.py"
-    slow.write_text(WRONG_2_4.read_text() + "\nimport time\ntime.sleep(60)\n")
+    slow.write_text(WRONG_2_3.read_text() + "\nimport time\ntime.sleep(60)\n")
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(slow)], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT)
     try:
@@ -296,9 +296,9 @@ def check_in_flight(tmp_path):
 
     assert run("%load_ext autograder\nfrom autograder.notebook import check")["status"] == "ok"
     sleeps_in_ranks = "\nimport os, time\nif 'AUTOGRADER_BACKEND' in os.environ:\n    time.sleep(60)\n"
-    assert run("%%exercise 2.4\n" + WRONG_2_4.read_text() + sleeps_in_ranks)["status"] == "ok"
+    assert run("%%exercise 2.3\n" + WRONG_2_3.read_text() + sleeps_in_ranks)["status"] == "ok"
     ready = settled(os.getpid())  # the kernel, and the grader that loading the extension started
-    checking = client.execute("check('2.4')")
+    checking = client.execute("check('2.3')")
     deadline = time.monotonic() + 60
     while not descendants(os.getpid()) - ready and time.monotonic() < deadline:  # the ranks
         time.sleep(0.2)
@@ -357,7 +357,7 @@ import json, subprocess, sys, time
 server = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           start_new_session=True)
 print(server.pid, flush=True)
-server.stdin.write((json.dumps({"exercise": "2.4", "path": sys.argv[2]}) + "\\n").encode())
+server.stdin.write((json.dumps({"exercise": "2.3", "path": sys.argv[2]}) + "\\n").encode())
 server.stdin.flush()
 time.sleep(600)
 """
@@ -368,7 +368,7 @@ def test_a_kernel_that_dies_while_its_grader_waits_for_a_starting_host_takes_the
     the handler only once the main thread runs Python again: here it waits in select() for a rank host that
     never says it is ready. The grader must end anyway, in about a second, and leave nothing running."""
     kernel = subprocess.Popen([sys.executable, "-c", PARENT_OF_WATCHED, WATCHED_SERVER,
-                               str(WRONG_2_4)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                               str(WRONG_2_3)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     grading = set()
     try:
         server = int(kernel.stdout.readline())

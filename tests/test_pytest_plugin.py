@@ -11,14 +11,14 @@ from autograder.source import magic_id
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASED = ROOT / "exercises" / "02_ddp_basics.ipynb"
-SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_4"
+SUBMISSIONS = ROOT / "tests" / "submissions" / "ex2_3"
 
 
-def student_notebook(path: Path, code_2_4: str) -> None:
-    """The released notebook with exercise 2.4 answered by `code_2_4`."""
+def student_notebook(path: Path, code_2_3: str) -> None:
+    """The released notebook with exercise 2.3 answered by `code_2_3`."""
     nb = nbformat.read(RELEASED, as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and magic_id(c.source) == "2.4")
-    cell.source = "%%exercise 2.4\n" + code_2_4
+    cell = next(c for c in nb.cells if c.cell_type == "code" and magic_id(c.source) == "2.3")
+    cell.source = "%%exercise 2.3\n" + code_2_3
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
 
@@ -47,16 +47,16 @@ def ids_of_problem_set_2() -> list[str]:
 
 @pytest.fixture(scope="module")
 def graded(course):
-    return pytest_run("-v", "-k", "2.4", ".", cwd=course)
+    return pytest_run("-v", "-k", "2.3", ".", cwd=course)
 
 
 def test_correct_exercise_passes(graded):
-    assert "correct.ipynb::exercise[2.4] PASSED" in graded.stdout, graded.stdout
+    assert "correct.ipynb::exercise[2.3] PASSED" in graded.stdout, graded.stdout
 
 
 def test_wrong_exercise_fails_with_the_report(graded):
     assert graded.returncode == 1
-    assert "wrong.ipynb::exercise[2.4] FAILED" in graded.stdout
+    assert "wrong.ipynb::exercise[2.3] FAILED" in graded.stdout
     assert "✗ accuracy equals the single-process accuracy" in graded.stdout
     others = 2 * (len(ids_of_problem_set_2()) - 1)  # every other exercise of both notebooks
     assert f"1 failed, 1 passed, {others} deselected" in graded.stdout

@@ -225,15 +225,15 @@ def without_torch(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_grading_without_torch_says_what_to_run_instead():
-    done = without_torch("grade", "2.4", "exercises/02_ddp_basics.ipynb")
+    done = without_torch("grade", "2.3", "exercises/02_ddp_basics.ipynb")
     assert done.returncode == 2 and not done.stdout
     assert done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"autograder: torch is not installed for {sys.executable}")
-    assert ".venv/bin/python -m autograder grade 2.4 exercises/02_ddp_basics.ipynb" in done.stderr
+    assert ".venv/bin/python -m autograder grade 2.3 exercises/02_ddp_basics.ipynb" in done.stderr
 
 
 def test_list_and_help_need_no_torch():
     listed = without_torch("list")
-    assert listed.returncode == 0 and "2.4" in listed.stdout.split()
+    assert listed.returncode == 0 and "2.3" in listed.stdout.split()
     helped = without_torch("--help")
     assert helped.returncode == 0 and "grade one exercise" not in helped.stdout

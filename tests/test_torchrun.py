@@ -35,7 +35,7 @@ def cell_code(notebook: str, first_line: str) -> str:
 SCRIPTS = {
     "lesson 2's DDP script": ("lessons/02_ddp_basics.ipynb", "%%writefile $DDP_SCRIPT", ["--epochs", "3"],
                               "checkpoint.pt"),
-    "the solution of 2.3": ("solutions/02_ddp_basics.ipynb", "%%exercise 2.3", [], "checkpoint.pt"),
+    "the solution of 2.2": ("solutions/02_ddp_basics.ipynb", "%%exercise 2.2", [], "checkpoint.pt"),
     "lesson 4's train.py": ("lessons/04_torchrun.ipynb", "%%writefile $TRAIN_SCRIPT", [], None),
 }
 

@@ -24,7 +24,7 @@ class Exercise:
     kind: str  # "function": the module is imported in every rank and its harness (ranks/exercises/)
     # calls `entry`; "script": run as torchrun would; "answers": a concept check, read, never run (quiz.py)
     checks: list[Check]
-    entry: str | None = None  # the name the student's cell must define (a function, or ANSWERS)
+    entry: str | tuple[str, ...] | None = None  # the name(s) the student's cell must define (functions, or ANSWERS)
     params: Callable[[int], dict] = lambda seed: {}  # what the harness is given (data seeds), by seed
     # What the checks compare with (expected results), by seed: computed by the grader after the
     # ranks have ended, never handed to them.
@@ -94,7 +94,7 @@ class Exercise:
                 for c in self.checks]
 
 
-MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "2.7": "ex2_7", "2.8": "ex2_8", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "3.7": "ex3_7", "3.8": "ex3_8", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2", "4.3": "ex4_3", "4.4": "ex4_4"}
+MODULES = {"1.0": "ex1_0", "1.1": "ex1_1", "1.2": "ex1_2", "1.3": "ex1_3", "1.4": "ex1_4", "1.5": "ex1_5", "2.0": "ex2_0", "2.1": "ex2_1", "2.2": "ex2_2", "2.3": "ex2_3", "2.4": "ex2_4", "2.5": "ex2_5", "2.6": "ex2_6", "2.7": "ex2_7", "3.0": "ex3_0", "3.1": "ex3_1", "3.2": "ex3_2", "3.3": "ex3_3", "3.4": "ex3_4", "3.5": "ex3_5", "3.6": "ex3_6", "3.7": "ex3_7", "3.8": "ex3_8", "4.0": "ex4_0", "4.1": "ex4_1", "4.2": "ex4_2", "4.3": "ex4_3", "4.4": "ex4_4"}
 
 
 # Concept checks: read from the cell's text, never run (quiz.py), so no rank host is needed for them.

@@ -1,112 +1,104 @@
-"""Exercise 2.4: global evaluation. Every sample counts once; every rank gets the global accuracy."""
+"""Exercise 2.4: gradient accumulation with no_sync(): one all-reduce per accumulation window."""
 
 from __future__ import annotations
 
-import numbers
-from collections import Counter
+import torch
 
-from autograder.checks import Check, each_rank, every_rank_calls_the_same_collectives, shares_disjoint_and_covering
+from autograder.checks import Check, each_rank, matches_reference
 from autograder.exercises import Exercise
-from autograder.reference import correct_predictions
-from ddpcourse import make_model, toy_dataset
-from ddpcourse.given.ex2_4 import N
+from autograder.reference import accumulated_training, flat
+from ddpcourse import make_model
+from ddpcourse.given.ex2_4 import ACCUM, LR, SIZES, STEPS, WINDOWS, micro_batches
 
 
-def expected(seed: int) -> dict:
-    """Computed by the grader once the ranks have ended; never handed to them."""
-    return {"correct": correct_predictions(make_model(seed + 1), toy_dataset(n=N, seed=seed))}
+def reference(seed: int, world_size: int, windows: list[list[dict]]) -> torch.Tensor:
+    """Rank 0's parameters after training on the windows the ranks actually stepped on.
 
-
-def _work(runs):
-    if not any(r.of("scored") for w in runs for r in w.ranks):
-        return "the model was never run on any sample"
-
-
-def _returns_a_number(runs):
-    for world, r in each_rank(runs):
-        if not isinstance(r.result, numbers.Real):
-            return f"{world.label}: rank {r.rank} returned {r.result}, not a number"
-
-
-def _same_on_every_rank(runs):
-    for world in runs:
-        values = [r.result for r in world.ranks]
-        if len(set(values)) > 1:
-            return f"{world.label}: the ranks returned different accuracies {values}"
-
-
-def _each_sample_once(runs):
-    for world in runs:
-        shares = {r.rank: [i for e in r.of("scored") for i in e["indices"]] for r in world.ranks}
-        label = f"{world.label}"
-        duplicated = [i for i, c in Counter(i for s in shares.values() for i in s).items() if c > 1]
-        message = shares_disjoint_and_covering(shares, N, world.world_size, label)
-        if message and duplicated and not all(len(set(s)) == N for s in shares.values()):
-            message += ("; repeats like these are DistributedSampler's padding, which reuses samples so that "
-                        "every rank gets the same number")
-        if message:
-            return message
-
-
-def _each_rank_scores_its_share(runs):
-    for world in runs:
-        shares = {r.rank: {i for e in r.of("scored") for i in e["indices"]} for r in world.ranks}
-        if world.world_size == 1 or sum(map(len, shares.values())) != len(set().union(*shares.values())):
-            continue  # samples on several ranks: the check of each sample once names that mistake
-        fair = -(-N // world.world_size)
-        for rank, share in shares.items():
-            if not share or len(share) > 2 * fair:
-                return (f"{world.label}: rank {rank} scored {len(share)} of the {N} samples, "
-                        f"where a fair share is about {fair}: the ranks did not split the work")
-
-
-def _equals_single_process(runs):
-    """Rank 0's value against the accuracy over the samples the ranks actually scored.
-
-    Scored twice (padding) or never, a sample is charged by the check of each sample once; returned
-    uncombined by rank 0 where the ranks did combine their counts, by the check of the same accuracy on
-    every rank; where no rank exchanged anything, rank 0's own accuracy is no global one, and fails here.
+    Each window is judged as the student's loop formed it (its micro-batches, whether its gradients
+    were combined across ranks), with the loss of each micro-batch divided by its window's size.
+    Which windows and how they were synchronized are charged by their own checks, not here.
     """
-    correct = runs.params["correct"]
+    shares = [micro_batches(seed, world_size, r) for r in range(world_size)]
+    return accumulated_training(lambda: make_model(seed), shares, windows, LR)
+
+
+def windows(r) -> list[dict]:
+    """The rank's accumulation windows as its loop formed them: the micro-batches between optimizer steps.
+
+    Per window: the micro-batches' indices, whether each forward ran in sync mode (outside no_sync),
+    how many times DDP all-reduced the gradients, and whether the code all-reduced them itself.
+    """
+    found, current, pending = [], {"micro": [], "synced": [], "reduces": 0, "by_hand": False}, None
+    for e in r.events:
+        kind = e.get("kind")
+        if kind == "ddp_forward":
+            pending = bool(e.get("sync"))
+        elif kind == "micro_batch":
+            current["micro"].append(e["index"])
+            current["synced"].append(bool(pending))
+            pending = None
+        elif kind == "gradient_allreduce":
+            current["reduces"] += 1
+        elif kind == "collective" and e.get("op") == "all_reduce" and e.get("caller"):
+            current["by_hand"] = True
+        elif kind == "optimizer_step":
+            found.append(current)
+            current = {"micro": [], "synced": [], "reduces": 0, "by_hand": False}
+    return found
+
+
+def _one_step_per_window(runs):
+    for world, r in each_rank(runs):
+        steps = len(r.of("optimizer_step"))
+        if steps != WINDOWS:
+            return (f"{world.label}: rank {r.rank} stepped the optimizer {steps} times for "
+                    f"{STEPS} micro-batches in windows of {ACCUM}; expected {WINDOWS} (windows of "
+                    f"{', '.join(map(str, SIZES))}: the short last window is a window too)")
+
+
+def _communicates_once_per_window(runs):
     for world in runs:
-        scored = {r.rank: [i for e in r.of("scored") for i in e["indices"] if 0 <= i < N] for r in world.ranks}
-        everywhere = [i for share in scored.values() for i in share] or range(N)
-        want = sum(correct[i] for i in everywhere) / len(everywhere)
-        accepted = [want]
-        combined = any(e.get("caller") for r in world.ranks for e in r.of("collective"))
-        if len({r.result for r in world.ranks}) > 1 and scored[0] and combined:
-            # the counts were combined, but rank 0 returned its own: charged by the check of the same accuracy
-            accepted.append(sum(correct[i] for i in scored[0]) / len(scored[0]))
-        got = world.ranks[0].result
-        # float32 counts are fine; an average of per-rank accuracies is not
-        if not isinstance(got, numbers.Real) or not any(abs(got - a) <= 1e-6 for a in accepted):
-            shown = f"{got:.6f}" if isinstance(got, numbers.Real) else str(got)[:60]
-            return (f"{world.label}: rank 0 returned {shown}, but the model's accuracy over "
-                    f"the {len(everywhere)} samples the ranks scored is {want:.6f}")
+        if world.world_size == 1:
+            continue
+        for r in world.ranks:
+            for n, window in enumerate(windows(r), 1):
+                size = len(window["micro"])
+                expected = [k == size - 1 for k in range(size)]
+                if window["synced"] != expected or window["reduces"] != 1:
+                    pattern = "".join("S" if s else "n" for s in window["synced"])
+                    return (f"{world.label}: rank {r.rank}, window {n} of {size} micro-batch(es): "
+                            f"DDP all-reduced the gradients {window['reduces']} time(s), expected once; forward "
+                            f"passes synced/no_sync: {pattern or 'none'} (expected "
+                            f"{''.join('S' if s else 'n' for s in expected)})"
+                            + ("; the code all-reduced gradients itself instead" if window["by_hand"] else ""))
+
+
+def _matches_reference(runs):
+    return matches_reference(
+        runs, lambda w: reference(runs.params["seed"], w.world_size, [windows(r) for r in w.ranks]),
+        "the reference on the same windows")
 
 
 EXERCISE = Exercise(
     id="2.4",
-    title="global evaluation",
+    title="gradient accumulation with no_sync",
     kind="function",
-    entry="evaluate",
+    entry="train_accumulate",
+    warm_imports=("torch._dynamo",),
     params=lambda seed: {"seed": seed},
-    expected=expected,
-    work=_work,
+    expected=lambda seed: {"initial": flat(make_model(seed))},
+    work=lambda runs: None if any(r.of("optimizer_step") for w in runs for r in w.ranks) else
+    "no rank took a single optimizer step",
     checks=[
-        Check("returns a number on every rank", 1, _returns_a_number,
-              hint="return correct / total as a Python float (tensor.item())"),
-        Check("every rank returns the same accuracy", 2, _same_on_every_rank,
-              hint="combine the counts with dist.all_reduce so that every rank holds the totals"),
-        Check("every sample scored exactly once across the ranks", 3, _each_sample_once,
-              hint="give rank r the samples r, r + world_size, r + 2 * world_size, ... (no padding)"),
-        Check("every rank scores its own share of the samples", 2, _each_rank_scores_its_share,
-              hint="each rank runs the model on its own part of the data; only the counts travel"),
-        Check("accuracy equals the single-process accuracy", 3, _equals_single_process,
-              hint="sum the correct counts and the sample counts over ranks, then divide; "
-                   "an average of per-rank accuracies is wrong when shares differ in size"),
-        Check("every rank calls the same collectives (none inside `if rank == 0`)", 2,
-              every_rank_calls_the_same_collectives, needs="partial",
-              hint="a collective blocks until every rank calls it: call it on all ranks, use the result on rank 0 only"),
+        Check("one optimizer step per accumulation window", 2, _one_step_per_window,
+              hint="optimizer.step() and zero_grad() after the last micro-batch of each window only, "
+                   "the short last window included"),
+        Check("gradients all-reduced once per window, on its last micro-batch (no_sync for the others)", 5,
+              _communicates_once_per_window,
+              hint="with model.no_sync(): forward and backward for all but the window's last micro-batch, whose "
+                   "backward outside no_sync lets DDP average the window's gradients across ranks"),
+        Check("equal to the single-process reference with the same windows", 3, _matches_reference,
+              hint="divide each micro-batch's loss by the number of micro-batches in its window (accum_steps, "
+                   "or fewer in a short last window) so that every window's gradient is a mean"),
     ],
 )

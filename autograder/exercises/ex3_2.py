@@ -14,7 +14,7 @@ import torch
 
 from autograder.checks import Check, each_rank, matches_reference, params_identical_across_ranks, runs_to_the_end
 from autograder.exercises import Exercise
-from autograder.exercises.ex2_3 import _checkpoint, _destroyed, _one_writer
+from autograder.exercises.ex2_2 import _checkpoint, _destroyed, _one_writer
 from autograder.reference import flat, trained_on_shares
 from ddpcourse import BNNet, make_bn_model, toy_dataset
 

@@ -21,7 +21,7 @@ from autograder import jobs
 from autograder.checks import Check, matches_reference, params_identical_across_ranks, runs_to_the_end, \
     shares_disjoint_and_covering
 from autograder.exercises import Exercise
-from autograder.exercises.ex2_3 import _checkpoint
+from autograder.exercises.ex2_2 import _checkpoint
 from autograder.reference import flat, sampler_shares, trained_on_shares
 from ddpcourse import TinyNet, make_model, toy_dataset
 

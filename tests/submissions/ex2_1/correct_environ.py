@@ -2,6 +2,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
 
 
 def setup():
@@ -16,3 +17,8 @@ def setup():
         dist.init_process_group("gloo")
         device = torch.device("cpu")
     return rank, local_rank, world_size, device
+
+
+def build_loader(dataset, batch_size):
+    sampler = DistributedSampler(dataset)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)

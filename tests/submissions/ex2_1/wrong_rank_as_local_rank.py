@@ -2,6 +2,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
 
 
 def setup():
@@ -11,3 +12,8 @@ def setup():
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
     return rank, rank, world_size, device
+
+
+def build_loader(dataset, batch_size):
+    sampler = DistributedSampler(dataset)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)

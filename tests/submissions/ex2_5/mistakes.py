@@ -1,29 +1,26 @@
-"""Exercise 2.5's negative controls that are one edit of correct_windows.py (see ../edits.py)."""
+"""Exercise 2.5's negative controls: the fixed script with one of the planted bugs left in (see ../edits.py).
 
-BASE = "correct_windows.py"
-INNER = "                (F.cross_entropy(model(x), y) / len(window)).backward()\n"
-LAST = "        x, y = window[-1]\n        (F.cross_entropy(model(x), y) / len(window)).backward()\n"
+given_buggy.py, the script the exercise hands out, holds all of them at once.
+"""
+
+BASE = "correct_fixed.py"
 
 MISTAKES = {
-    "wrong_unscaled_loss": (
-        "forgets to divide the losses: each window's gradient is a sum, not a mean",
-        [(INNER, INNER.replace(" / len(window)", "")), (LAST, LAST.replace(" / len(window)", ""))]),
-    "wrong_divides_by_accum_steps": (
-        "divides by accum_steps even in the short last window, whose gradient is then too small",
-        [(INNER, INNER.replace("len(window)", "accum_steps")), (LAST, LAST.replace("len(window)", "accum_steps"))]),
-    "wrong_drops_short_window": (
-        "steps only on full windows: the micro-batches of a short last window are never learned from",
-        [("        window = micro_batches[start:start + accum_steps]\n",
-          "        window = micro_batches[start:start + accum_steps]\n"
-          "        if len(window) < accum_steps:\n            break\n")]),
-    "wrong_no_no_sync": (
-        "never uses no_sync: every backward all-reduces the gradients",
-        [("        with model.no_sync():\n", "        if True:  # no no_sync\n")]),
-    "wrong_always_no_sync": (
-        "runs the window's last backward inside no_sync too: the gradients are never all-reduced",
-        [(LAST, LAST.replace("        (F.", "        with model.no_sync():\n            (F."))]),
-    "wrong_steps_every_micro_batch": (
-        "ignores accum_steps: one optimizer step after every micro-batch",
-        [("range(0, len(micro_batches), accum_steps)", "range(0, len(micro_batches))"),
-         ("micro_batches[start:start + accum_steps]", "micro_batches[start:start + 1]")]),
+    "wrong_local_rank_as_rank": (
+        "takes the local rank for the global rank: one checkpoint writer per machine",
+        [("    return dist.get_rank(), device\n", "    return local_rank, device\n")]),
+    "wrong_no_set_epoch": (
+        "leaves out sampler.set_epoch(epoch)",
+        [("        sampler.set_epoch(epoch)\n", "")]),
+    "wrong_extra_all_reduce": (
+        "all-reduces the gradients again after DDP has averaged them",
+        [("            loss.backward()  # DDP averages the gradients over the processes here\n",
+          "            loss.backward()\n            for p in model.parameters():  # make sure every process has the same gradients\n"
+          "                dist.all_reduce(p.grad)\n")]),
+    "wrong_saves_wrapper": (
+        "saves the wrapper's state_dict: keys start with 'module.'",
+        [("        torch.save(model.module.state_dict(), CHECKPOINT)\n", "        torch.save(model.state_dict(), CHECKPOINT)\n")]),
+    "wrong_no_destroy": (
+        "never leaves the process group",
+        [("    dist.destroy_process_group()\n", "")]),
 }

@@ -1,64 +1,29 @@
-"""Exercise 2.7's negative controls that are one edit of correct_hooks.py (see ../edits.py)."""
+"""Exercise 2.7's negative controls that are one edit of correct_schedule.py (see ../edits.py)."""
 
-BASE = "correct_hooks.py"
-START = "            self.in_flight.append((k, flat, dist.all_reduce(flat, async_op=True)))\n"
+BASE = "correct_schedule.py"
 
 MISTAKES = {
-    "wrong_one_all_reduce_after_backward": (
-        "registers no hook: one blocking all-reduce of every gradient, after backward",
-        [(START, "            pass\n"),
-         ("        for k, flat, handle in self.in_flight:\n            handle.wait()\n",
-          "        flat = torch.cat([q.grad.flatten() for q in self.module.parameters()])\n"
-          "        dist.all_reduce(flat)\n"
-          "        self.in_flight = [(k, flat, None)] if False else []\n"
-          "        start = 0\n"
-          "        for q in self.module.parameters():\n"
-          "            q.grad.copy_(flat[start:start + q.numel()].view_as(q.grad) / world_size)\n"
-          "            start += q.numel()\n"
-          "        for k, flat, handle in self.in_flight:\n")]),
-    "wrong_never_waits_nor_copies_back": (
-        "starts each bucket's all-reduce in the hook, then drops the handles: no wait, nothing copied back",
-        [("        for k, flat, handle in self.in_flight:\n            handle.wait()\n",
-          "        for k, flat, handle in []:\n")]),
-    "wrong_waits_for_all_gradients": (
-        "queues each bucket when it is ready but all-reduces them all in finish_gradient_synchronization",
-        [(START, "            self.in_flight.append((k, flat, None))\n"),
-         ("            handle.wait()\n", "            dist.all_reduce(flat)\n")]),
+    "wrong_zero_everywhere": (
+        "returns 0.0 for every schedule: nothing exposed, ever",
+        [("def exposed_communication(", "def exposed_communication(*args, **kwargs):\n    return 0.0\n\n\ndef _unused(")]),
+    "wrong_all_reduces_at_once": (
+        "lets every bucket's all-reduce start as soon as it is ready, as if they ran side by side",
+        [("        start = max(max(ready[i] for i in bucket), network_free)\n",
+          "        start = max(ready[i] for i in bucket)\n        network_free = max(network_free, start + alpha_s + "
+          "beta_s * sum(numels[i] for i in bucket))\n        continue\n")]),
     "wrong_buckets_in_forward_order": (
-        "fills the buckets from the first parameter on, in forward order",
-        [("        for p in reversed(params):", "        for p in params:")]),
-    "wrong_no_wait": (
-        "never waits for the all-reduces it started before reading their results",
-        [("            handle.wait()\n", "")]),
-    "wrong_bucket_size_ignored": (
-        "uses DDP's default of 25 MB per bucket, not the bucket_numel it is given",
-        [("size + p.numel() > bucket_numel", "size + p.numel() > 25 * 2**20 // 4")]),
-    "wrong_one_all_reduce_per_parameter": (
-        "gives every parameter a bucket of its own",
-        [("if bucket and size + p.numel() > bucket_numel:", "if bucket:")]),
-    "wrong_blocking_all_reduce_in_hook": (
-        "all-reduces each bucket in the hook without async_op: backward waits for every bucket",
-        [(START, "            dist.all_reduce(flat)\n            self.in_flight.append((k, flat, None))\n"),
-         ("            handle.wait()\n", "")]),
-    "wrong_waits_in_the_hook": (
-        "starts each all-reduce asynchronously, then waits for it at once in the hook",
-        [(START, "            handle = dist.all_reduce(flat, async_op=True)\n            handle.wait()\n"
-                 "            self.in_flight.append((k, flat, handle))\n")]),
-    "wrong_summed": (
-        "sums the gradients and never divides by the world size",
-        [("            flat /= world_size\n", "")]),
-    "wrong_not_copied_back": (
-        "all-reduces a flattened copy of each bucket and never copies the result back into .grad",
-        [("                q.grad.copy_(flat[start:start + q.numel()].view_as(q.grad))\n", "")]),
-    "wrong_no_broadcast": (
-        "never broadcasts the parameters: every rank trains from its own initial weights",
-        [("        for p in module.parameters():\n            dist.broadcast(p.data, src=0)\n", "")]),
+        "fills the buckets from the first parameter on",
+        [("    for i in reversed(range(n)):\n        if bucket", "    for i in range(n):\n        if bucket"),
+         ("    buckets.append(bucket)\n    network_free", "    buckets.append(bucket)\n    buckets.sort(key=min, reverse=True)\n"
+          "    network_free")]),
+    "wrong_from_the_start_of_backward": (
+        "returns when the last all-reduce ends, counted from the start of backward",
+        [("    return network_free - end_of_backward\n", "    return network_free\n")]),
+    "wrong_one_latency_per_step": (
+        "charges the latency alpha once per step, not once per bucket",
+        [("        network_free = start + alpha_s + beta_s", "        network_free = start + beta_s"),
+         ("    return network_free - end_of_backward\n", "    return network_free + alpha_s - end_of_backward\n")]),
+    "wrong_ready_in_forward_order": (
+        "has backward produce the first parameter's gradient first",
+        [("    for i in reversed(range(n)):  # backward", "    for i in range(n):  # backward")]),
 }
-MISTAKES["wrong_waits_on_rank0_for_a_bucket_rank1_never_started"] = (
-    "starts the first layer's bucket on rank 0 only, in the last step: rank 0 then waits for it forever",
-    [(START, "            if k < len(self.buckets) - 1 or dist.get_rank() == 0 or self.steps < 2:\n"
-             "                self.in_flight.append((k, flat, dist.all_reduce(flat, async_op=True)))\n"),
-     ("        self.in_flight = []\n        self.pending", "        self.steps = getattr(self, 'steps', 0) + 1\n"
-      "        self.in_flight = []\n        self.pending"),
-     ("        self.in_flight = []\n        for p in params:", "        self.in_flight = []\n        self.steps = 0\n"
-      "        for p in params:")])

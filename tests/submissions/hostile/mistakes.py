@@ -1,8 +1,8 @@
-"""Faults for exercise 2.4: each is the correct solution `ex2_4/correct_strided.py` with lines
+"""Faults for exercise 2.3: each is the correct solution `ex2_3/correct_strided.py` with lines
 inserted just before its all-reduce (`ANCHOR`), written as edits (see ../edits.py).
 """
 
-BASE = "../ex2_4/correct_strided.py"
+BASE = "../ex2_3/correct_strided.py"
 ANCHOR = '    dist.all_reduce(counts, op=dist.ReduceOp.SUM)\n'
 
 # name -> (what it does, the lines inserted before the all-reduce)
@@ -98,4 +98,4 @@ _INSERTED = {
 """),
 }
 
-MISTAKES = {f"{name}_2_4": (doc, [(ANCHOR, lines + ANCHOR)]) for name, (doc, lines) in _INSERTED.items()}
+MISTAKES = {f"{name}_2_3": (doc, [(ANCHOR, lines + ANCHOR)]) for name, (doc, lines) in _INSERTED.items()}
