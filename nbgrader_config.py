@@ -42,7 +42,7 @@ c.Autograde.autograde_preprocessors = [
 # Feedback pages show the check cells as students had them: the hidden tests (grading again on other data)
 # are graded, not shown.
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
-# Feedback pages list each check cell as its exercise ("Exercise 2.4"), not as nbgrader's "Test cell".
+# Feedback pages list each check cell as its exercise ("Exercise 2.3"), not as nbgrader's "Test cell".
 c.HTMLExporter.template_name = "course_feedback"
 c.HTMLExporter.template_file = "course_feedback.html.j2"
 c.HTMLExporter.extra_template_basedirs = feedback_template_dirs()
