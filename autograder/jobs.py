@@ -26,7 +26,9 @@ class Job:
     world_size: int
     agents: tuple[tuple[str, ...] | None, ...] = (None,)  # torchrun's options for each agent; None: python
     args: tuple[str, ...] = ()  # the script's command line
-    fault: dict | None = None  # a worker killed on purpose (ranks/faults.py): {"rank", "attempt", "when", "n"}
+    # A worker killed on purpose (ranks/faults.py): {"rank", "attempt", "when", "n"}; or, with "agent" for
+    # "rank" and "lose": "machine", a machine lost: that agent and its workers killed at once.
+    fault: dict | None = None
     # Its workers ask the host before going on after each step and save, as in a job with a fault, so that
     # a job without one looks the same to them (every job of an exercise that plants faults sets it).
     planted: bool = False
@@ -34,6 +36,7 @@ class Job:
     env: dict = field(default_factory=dict)
     machines: tuple = ()  # the student's command for each agent, as torchrun read it (nodes.Node), if written
     meet_within: float = 20.0  # seconds the agents may run with no worker before their rendezvous is given up
+    attempt_sizes: tuple[int, ...] = ()  # an elastic job's world size in each attempt (the last for those after)
 
     @property
     def restarts(self) -> bool:
@@ -71,7 +74,8 @@ class Job:
         }
         return {"agents": [list(a) if a is not None else None for a in self.agents], "script": script,
                 "args": list(self.args), "env": env, "agent_env": self.agent_env(backend),
-                "fault": self.fault, "planted": self.planted or self.fault is not None}
+                "fault": self.fault, "planted": self.planted or self.fault is not None,
+                "attempt_sizes": list(self.attempt_sizes or (self.world_size,))}
 
     def agent_env(self, backend: str) -> list[dict]:
         """What each agent adds to the job's environment: with nccl, each simulated node its own GPUs."""
@@ -115,6 +119,24 @@ def machines(count: int, per_machine: int, args: tuple[str, ...] = (), *, restar
     world = count * per_machine
     return Job(name or f"torchrun, {count} machines of {per_machine}", world, (options,) * count, args,
                planted=planted, nodes=count)
+
+
+def elastic(count: int, args: tuple[str, ...] = (), *, name: str = "", lost_after: int | None = None) -> Job:
+    """An elastic job, ``torchrun --nnodes=1:COUNT``, of ``count`` machines of one process each, meeting by the c10d
+    rendezvous, which the first machine hosts. With ``lost_after``, the last machine is lost once its worker has
+    taken that many optimizer steps: the survivors go on in a smaller group. Short rendezvous timeouts, so that a
+    round forms in seconds: a lost agent is forgotten after 3 missed heartbeats of 1 s, then a last call of 3 s."""
+    endpoint, rdzv_id = f"{LOOPBACK}:{free_port()}", f"ddpcourse-{secrets.token_hex(4)}"
+    timeouts = "join_timeout=30,last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+    def options(host: bool) -> tuple[str, ...]:
+        return (f"--nnodes=1:{count}", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={timeouts},is_host={int(host)}")
+    fault = None if lost_after is None else {"agent": count - 1, "attempt": 0, "when": "step", "n": lost_after,
+                                             "lose": "machine"}
+    return Job(name or f"torchrun, {count} machines of 1 process (--nnodes=1:{count})", count,
+               tuple(options(k == 0) for k in range(count)), args, fault, planted=True, nodes=count,
+               attempt_sizes=(count,) if fault is None else (count, count - 1))
 
 
 LOOPBACK = "127.0.0.1"  # every simulated machine's address

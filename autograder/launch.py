@@ -480,12 +480,13 @@ class RankHost:
         request = dict(request)
         fault = request.pop("fault", None)
         planted = request.pop("planted", fault is not None)
+        sizes = request.pop("attempt_sizes", None) or (layout.world_size,)
         run = self.directory(where, "run", exact=True)
         run.close()
         folder = where.folder
         start = time.monotonic()
         result = LaunchResult(layout, where.inside, folder, [], 0.0, timeout)
-        watch = JobWatch(layout.world_size, folder, [options is not None for options in request["agents"]])
+        watch = JobWatch(sizes, folder, [options is not None for options in request["agents"]])
         try:
             self.send(op="job", workdir=str(where.inside), cwd=str(where.inside / "run"),
                       limits=self._limits(limits or LIMITS), planted=planted, **request)
@@ -504,7 +505,8 @@ class RankHost:
             result.ranks, result.events, result.events_sha256 = last.ranks, last.events, last.events_sha256
         else:
             result.ranks = [RankExit(r, None) for r in range(layout.world_size)]
-        result.agents = {i: watch.agents.get(i) for i in range(len(request["agents"]))}
+        lost = {f.get("agent") for f in watch.faults if f.get("lost")}  # machines the grader took away: not failures
+        result.agents = {i: watch.agents.get(i) for i in range(len(request["agents"])) if i not in lost}
         result.agent_output = "\n".join(folder.read_text(f"agent{i}.log") for i in result.agents)
         result.faults = watch.faults
         watch.close()
@@ -614,10 +616,11 @@ class Watch:
 
 class JobWatch:
     """The same watch over a torchrun job: the workers of each attempt (attempt<K>/ under the job's
-    folder), and its agents. Only the latest attempt can stall: earlier ones are over."""
+    folder), and its agents. Only the latest attempt can stall: earlier ones are over. An elastic job's
+    attempts may have other world sizes: ``sizes`` holds each attempt's, the last for those after it."""
 
-    def __init__(self, world_size: int, folder: files.Folder, torchrun: list[bool]):
-        self.world_size, self.folder = world_size, folder
+    def __init__(self, sizes: tuple[int, ...], folder: files.Folder, torchrun: list[bool]):
+        self.sizes, self.folder = sizes, folder
         self.attempts: list[tuple[files.Folder, Watch]] = []
         self.agents: dict[int, int | None] = {}
         self.torchrun = torchrun  # for each agent, whether it runs torchrun (a rendezvous to wait for)
@@ -629,7 +632,7 @@ class JobWatch:
             sub = self.folder.sub(f"attempt{len(self.attempts)}")
             if sub is None:
                 return
-            self.attempts.append((sub, Watch(self.world_size, sub)))
+            self.attempts.append((sub, Watch(self.sizes[min(len(self.attempts), len(self.sizes) - 1)], sub)))
             self.since = time.monotonic()
 
     def idle(self) -> float:
@@ -654,7 +657,7 @@ class JobWatch:
         if not self.attempts:
             return False
         sub, watch = self.attempts[-1]
-        return any(r not in watch.exits and sub.has(f"rank{r}.pid") for r in range(self.world_size))
+        return any(r not in watch.exits and sub.has(f"rank{r}.pid") for r in range(watch.world_size))
 
     def take(self, message: dict):
         if isinstance(message.get("fault"), dict):
@@ -684,7 +687,7 @@ class JobWatch:
         found = []
         for k, (sub, watch) in enumerate(self.attempts):
             ranks = [RankExit(r, watch.exits.get(r), sub.read_text(f"rank{r}.log"), sub.read_text(f"rank{r}.stack"),
-                              watch.order.index(r) if r in watch.order else None) for r in range(self.world_size)]
+                              watch.order.index(r) if r in watch.order else None) for r in range(watch.world_size)]
             digests = {r: tail.digest.hexdigest() for r, tail in watch.tails.items() if not tail.overflow}
             found.append(Attempt(k, sub, ranks, watch.events, digests, _duplicates(sub)))
         return found

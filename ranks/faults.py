@@ -7,7 +7,9 @@ whether to go on (a save sends the descriptor of the file it writes). The rank h
 plan (a rank, an attempt, a step or a save, which one), which the grader sends only once the job's
 fork server and agents are forked, so that no worker's memory was ever copied from a process that
 knew it. The host answers "go", or kills the worker there with SIGKILL, a real one, the way a lost
-machine ends a worker, and tells the grader what it interrupted. Every worker asks the same
+machine ends a worker, and tells the grader what it interrupted. A plan may instead lose a machine
+(exercise 4.5): the agent whose worker reached that point, and every worker of that agent, are killed
+at once, as a machine that loses its power takes its agent and its workers with it. Every worker asks the same
 questions, so nothing in any worker's memory, environment or files says where the fault lands. A
 worker whose code goes around the trace asks nothing, is never killed, and the grader says it had
 nothing to interrupt.
@@ -27,12 +29,13 @@ GO = b"g"
 class Plan:
     """The rank host's side: the fault, each worker's line, and what each worker has done so far."""
 
-    def __init__(self, handed: socket.socket, say: Callable[..., None]):
-        self.handed = handed  # from the fork server: each new worker's line, with its pid, rank and attempt
+    def __init__(self, handed: socket.socket, say: Callable[..., None], lose_agent: Callable[[int], None]):
+        self.handed = handed  # from the fork server: each new worker's line, with its pid, rank, attempt and agent
         self.say = say
+        self.lose_agent = lose_agent  # kills an agent (the rank host's), for a lost machine
         self.fault: dict | None = None  # set by the grader's "plant" request
-        self.lines: dict[socket.socket, tuple[int, int, int]] = {}  # line -> (pid, rank, attempt)
-        self.counted: dict[tuple[int, int, str], int] = {}
+        self.lines: dict[socket.socket, tuple[int, int, int, int]] = {}  # line -> (pid, rank, attempt, agent)
+        self.counted: dict[tuple[str, int, int, str], int] = {}  # ("rank" or "agent", which, attempt, when) -> times
 
     def sockets(self) -> list[socket.socket]:
         return [*([self.handed] if self.handed.fileno() >= 0 else []), *self.lines]
@@ -52,7 +55,7 @@ class Plan:
             line = socket.socket(fileno=fd)
             try:
                 who = json.loads(message)
-                self.lines[line] = (int(who["pid"]), int(who["rank"]), int(who["attempt"]))
+                self.lines[line] = (int(who["pid"]), int(who["rank"]), int(who["attempt"]), int(who.get("agent", 0)))
             except (ValueError, KeyError, TypeError):
                 line.close()
         if not message and not fds:
@@ -60,7 +63,7 @@ class Plan:
 
     def _answer(self, line: socket.socket):
         """The worker on ``line`` asks whether to go on: tell it to, or kill it here."""
-        pid, rank, attempt = self.lines[line]
+        pid, rank, attempt, agent = self.lines[line]
         try:
             message, fds, _, _ = socket.recv_fds(line, 64, 1)
         except OSError:
@@ -72,19 +75,38 @@ class Plan:
         if when not in ("step", "save"):  # the worker is gone, or says something no trace says
             self.forget(line)
             return
-        key = (rank, attempt, when)
-        self.counted[key] = self.counted.get(key, 0) + 1
+        for whose, which in (("rank", rank), ("agent", agent)):
+            key = (whose, which, attempt, when)
+            self.counted[key] = self.counted.get(key, 0) + 1
         fault = self.fault
-        if fault and (fault.get("rank"), fault.get("attempt", 0), fault.get("when")) == key \
-                and self.counted[key] == int(fault.get("n", 1)):
-            os.kill(pid, signal.SIGKILL)
-            self.forget(line)
-            self.say(fault={"rank": rank, "attempt": attempt, "when": when, "n": self.counted[key], "path": path})
+        whose = "agent" if fault and "agent" in fault else "rank"
+        which = agent if whose == "agent" else rank
+        if fault and (fault.get(whose), fault.get("attempt", 0), fault.get("when")) == (which, attempt, when) \
+                and self.counted[(whose, which, attempt, when)] == int(fault.get("n", 1)):
+            lost = fault.get("lose") == "machine"
+            if lost:
+                self._lose_machine(agent)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                self.forget(line)
+            self.say(fault={"rank": rank, "agent": agent, "attempt": attempt, "when": when,
+                            "n": self.counted[(whose, which, attempt, when)], "path": path, "lost": lost})
             return
         try:
             line.sendall(GO)
         except OSError:
             self.forget(line)
+
+    def _lose_machine(self, agent: int):
+        """The agent and every worker of it killed at once, unwarned: what a machine that is lost takes with it."""
+        self.lose_agent(agent)
+        for line, (pid, _, _, of) in list(self.lines.items()):
+            if of == agent:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.forget(line)
 
     def forget(self, line: socket.socket):
         self.lines.pop(line, None)
@@ -110,7 +132,8 @@ def handing_pair() -> tuple[socket.socket, socket.socket]:
 
 def hand_over(handing: socket.socket, ours: socket.socket, pid: int, env: dict):
     """In the fork server, once worker ``pid`` is forked with the other end: give the host this end of its line."""
-    who = {"pid": pid, "rank": env.get("RANK", "0"), "attempt": env.get("TORCHELASTIC_RESTART_COUNT", "0")}
+    who = {"pid": pid, "rank": env.get("RANK", "0"), "attempt": env.get("TORCHELASTIC_RESTART_COUNT", "0"),
+           "agent": env.get("AUTOGRADER_AGENT", "0")}
     try:
         socket.send_fds(handing, [json.dumps(who).encode()], [ours.fileno()])
     except OSError:

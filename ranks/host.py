@@ -18,7 +18,7 @@ answers on its stdout.
         and with "planted" each asks this host before going on after a step or a save (faults.py)
         -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
            {"agent": i, "code": c} as each agent ends, {"fault": {...}} if the fault landed, then {"done": true}
-    {"op": "plant", "fault": {"rank", "attempt", "when", "n"}}   the job's fault, sent once all is forked
+    {"op": "plant", "fault": {"rank" or "agent", "attempt", "when", "n", "lose"}}   the job's fault, once all is forked
 
 The host has imported torch once, so each rank is *forked* from it in a few milliseconds.
 A forked rank leads a process group of its own and dies with the host; keeps none of the host's
@@ -200,7 +200,7 @@ class Host:
                 from ranks.faults import Plan, handing_pair
 
                 ours, handing = handing_pair()
-                self.plan = Plan(ours, self.say)
+                self.plan = Plan(ours, self.say, self.lose_agent)
             self.forkserver = os.fork()
             if self.forkserver == 0:
                 forkserver_main(request, handing)  # never returns
@@ -216,6 +216,13 @@ class Host:
                 pass
             self.agents[pid] = index
         self.say(started={str(index): pid for pid, index in self.agents.items()})
+
+    def lose_agent(self, index: int):
+        """Agent ``index`` killed, as its machine's loss kills it (faults.py kills its workers); reaped as any."""
+        for pid, agent in list(self.agents.items()):
+            if agent == index:
+                _signal(-pid, signal.SIGKILL)
+                _signal(pid, signal.SIGKILL)
 
     def reap_job(self):
         if not self.agents and not self.workers:

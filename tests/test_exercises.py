@@ -32,6 +32,7 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "4.2": "every job finishes: never interrupted, and after each kill",
         "4.3": "the job of two machines runs to the end",
         "4.4": "every job finishes: never interrupted, and after each kill",
+        "4.5": "every job finishes: at 1, 2 and 3 processes, and the one that lost a machine",
         "3.3": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
         "3.5": "the code runs to the end on every rank at every world size",
@@ -87,6 +88,8 @@ LOADS = "after a restart every rank goes on from the snapshot: its weights, opti
 TWICE = "no step a snapshot held is trained again: the restart resumes after the last whole snapshot"
 EVERY_K = "a snapshot after every --snapshot-every steps: a kill loses fewer than that many"
 BIT_FOR_BIT = "after each kill the final weights equal the uninterrupted run's, bit for bit"
+ANY_SIZE = "the same training at any world size, a machine lost or not: every step as one process takes it"
+STEPS_LEFT = "the survivor goes on after the last whole snapshot: no step trained twice, none skipped"
 ORDER = "every epoch draws a new order of the data, in every attempt"
 ATOMIC = "a snapshot is written atomically: a kill during the write leaves the last one whole"
 SNAPSHOT_WRITER = "snapshots written by one rank: global rank 0"
@@ -253,6 +256,13 @@ CAUGHT_BY = {
     ("4.4", "wrong_snapshot_in_place"): {RUNS["4.4"], ATOMIC},
     ("4.4", "wrong_schedule_dropped"): {"the uninterrupted job trains what the script trains: its weights equal the course's run of it"},
     ("4.4", "wrong_schedule_counts_from_the_resume"): {BIT_FOR_BIT},
+    # 4.5: what a smaller group cannot go on with, each told by what the training did
+    ("4.5", "wrong_noise_of_each_rank"): {ANY_SIZE},
+    ("4.5", "wrong_noise_rows_in_blocks"): {ANY_SIZE},
+    ("4.5", "wrong_momentum_not_restored"): {ANY_SIZE},
+    ("4.5", "wrong_no_noise"): {"every input still carries its noise"},
+    ("4.5", "wrong_place_in_own_samples"): {STEPS_LEFT},
+    ("4.5", "wrong_resumes_from_the_start"): {STEPS_LEFT},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},
     ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
     ("4.2", "wrong_no_scheduler_state"): {BIT_FOR_BIT},
@@ -873,7 +883,7 @@ def _could_pass(exercise_id: str, code: str) -> bool:
         return "init_process_group" in code and any(
             isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    return exercise.entry in defined
+    return all(name in defined for name in ((exercise.entry,) if isinstance(exercise.entry, str) else exercise.entry))
 
 
 @pytest.mark.parametrize("lesson,prefix", [("01_parallelism.ipynb", "1."), ("02_ddp_basics.ipynb", "2."),

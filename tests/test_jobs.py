@@ -96,9 +96,37 @@ def test_a_killed_worker_is_restarted_and_every_attempt_is_kept(host, tmp_path):
     assert world.complete, world.agent_output
     first, second = world.attempts
     assert first[0].exitcode is None and not first[0].finished  # SIGKILL: no exit of its own
-    assert world.faults == [{**fault, "path": None}] and len(first[0].of("optimizer_step")) == 3
-    assert len(second[0].of("optimizer_step")) == 5
+    assert world.faults == [{**fault, "agent": 0, "path": None, "lost": False}]
+    assert len(first[0].of("optimizer_step")) == 3 and len(second[0].of("optimizer_step")) == 5
     assert second[0].first("worker")["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+
+
+def test_a_lost_machine_takes_its_agent_and_workers_and_the_elastic_job_goes_on_smaller(host, tmp_path):
+    code = """
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            optimizer.zero_grad()
+            model(torch.ones(1, 2)).sum().backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            optimizer.step()
+        dist.destroy_process_group()
+    """
+    world = run_job(host, tmp_path, code, jobs.elastic(2, lost_after=3))
+    assert world.complete, world.agent_output
+    assert [f["agent"] for f in world.faults] == [1] and world.faults[0]["lost"]
+    assert list(world.agents) == [0]  # the lost machine's agent is not a failure of the job's
+    first, *later = world.attempts
+    assert len(first) == 2 and [len(a) for a in later] == [1] * len(later)
+    lost = next(r for r in first if r.first("worker")["env"]["AUTOGRADER_AGENT"] == "1")
+    assert lost.exitcode is None and len(lost.of("optimizer_step")) == 3  # SIGKILL after its third step
+    survivor = world.ranks[0].first("worker")["env"]
+    assert survivor["AUTOGRADER_AGENT"] == "0" and survivor["WORLD_SIZE"] == "1"
+    assert len(world.ranks[0].of("optimizer_step")) == 6
 
 
 def test_a_worker_that_crashes_by_a_signal_under_torchrun_is_named_as_the_cause(host, tmp_path):
@@ -194,7 +222,7 @@ def test_the_rendezvous_clock_runs_only_while_every_agent_is_up_and_no_worker_ru
     from autograder.launch import JobWatch
 
     folder = files.Folder(tmp_path)
-    watch = JobWatch(2, folder, [True, True])
+    watch = JobWatch((2,), folder, [True, True])
     (tmp_path / "agent0.ready").touch()
     time.sleep(0.2)
     assert watch.idle() == 0.0  # agent 1 still starting

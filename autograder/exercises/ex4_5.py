@@ -1,0 +1,222 @@
+"""Exercise 4.5: lose a machine and keep training, at the smaller world size, as if nothing had happened.
+
+The student makes 4.2's script elastic. It runs under the real torchrun four times: on two machines of one
+process each with ``--nnodes=1:2`` (an elastic job), never interrupted; as one and as three processes on one
+machine; and on two machines again, the second lost after its step 13 (its agent and its worker killed at once,
+unwarned, by the rank host: nothing of the job knows where). The survivor's agent restarts its worker, which must
+go on from the last snapshot at world size 1. What is judged is the training itself: every job takes the steps
+one process takes, up to float rounding (the order of the sums changes with the world size), the job that lost a
+machine included; snapshots come every ``--snapshot-every`` steps (4.2's check), and the survivor trains no step
+twice and skips none; and the inputs still carry their noise.
+Where a run parts from one process's, the report says at which step and what that step was given differently.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from autograder import jobs
+from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
+from autograder.exercises import Exercise
+from autograder.exercises.ex4_2 import ARGS, EVERY, EVERY_K, N, STEPS, _lr, _samples, _work, snapshot_points, steps
+from ddpcourse import toy_dataset
+
+LOST_AFTER = 13  # the lost machine's worker's step: the last whole snapshot before it holds step 10
+ROUNDING = 1e-5  # how far sums taken in another order may leave the weights after 32 steps
+NOISE = 0.05
+ONE = "torchrun, 1 process, never interrupted"
+THREE = "torchrun, 3 processes, never interrupted"
+TWO = "torchrun, 2 machines of 1 process (--nnodes=1:2), never interrupted"
+LOST = f"torchrun, 2 machines of 1 process (--nnodes=1:2), machine 2 lost after its step {LOST_AFTER}"
+SCRIPT_ARGS = (*ARGS, "--snapshot-every", str(EVERY))
+
+
+def planned_jobs() -> tuple[jobs.Job, ...]:
+    """The four jobs, each elastic one on a rendezvous of its own each grading."""
+    return (
+        jobs.elastic(2, SCRIPT_ARGS, name=TWO),
+        jobs.standalone(1, SCRIPT_ARGS, restarts=3, name=ONE, planted=True),
+        jobs.standalone(3, SCRIPT_ARGS, restarts=3, name=THREE, planted=True),
+        jobs.elastic(2, SCRIPT_ARGS, name=LOST, lost_after=LOST_AFTER),
+    )
+
+
+@functools.cache
+def _dataset():
+    return toy_dataset(n=N, seed=0)
+
+
+def _job(runs, name):
+    return next((w for w in runs if w.job == name), None)
+
+
+def _lost(runs):
+    return _job(runs, LOST)
+
+
+def _survivor_went_on(runs):
+    world = _lost(runs)
+    if world is None:
+        return None
+    if not any(f.get("lost") for f in world.faults):
+        return (f"{world.label}: the grader had nothing to interrupt: machine 2's worker never took step {LOST_AFTER}"
+                f"{FIX}train every step of the run")
+    if len(world.attempts) < 2:
+        return f"{world.label}: torchrun did not start the survivor's worker again after the loss"
+    sizes = {(r.first("worker") or {}).get("env", {}).get("WORLD_SIZE") for r in world.attempts[-1]}
+    if sizes != {"1"}:
+        return f"{world.label}: the restarted workers saw WORLD_SIZE {sorted(map(str, sizes))}, expected 1"
+
+
+def _resume_point(world) -> int:
+    """Steps the survivor must not take again: those of the last whole snapshot before the loss (observed)."""
+    writer = next((r for r in world.attempts[0] if r.rank == 0), None) if world.attempts else None
+    points = snapshot_points(writer) if writer else []
+    return points[-1] if points else 0
+
+
+def _steps_left(world) -> str | None:
+    """Whether the survivor took exactly the steps after the last whole snapshot; why not, else."""
+    start = _resume_point(world)
+    taken = len(world.ranks[0].of("optimizer_step")) if world.ranks else 0
+    if taken == STEPS - start:
+        return None
+    if taken == STEPS:
+        return (f"{world.label}: at world size 1 the survivor took all {STEPS} steps again, from the start: the {start} "
+                f"steps the last snapshot held were trained twice{FIX}resume from the snapshot when the job starts")
+    held = f"the last whole snapshot before the loss held step {start} of {STEPS}, so {STEPS - start} were left"
+    if taken > STEPS - start:
+        return (f"{world.label}: at world size 1 the survivor took {taken} steps; {held}: "
+                f"{taken - (STEPS - start)} step(s) were trained twice{CAUSE}where the run was is counted in "
+                f"something that changes with the world size (this rank's batches or samples){FIX}keep the global step "
+                "in the snapshot: it says the epoch and the place in it at any world size")
+    return (f"{world.label}: at world size 1 the survivor took {taken} steps; {held}: {STEPS - start - taken} step(s) "
+            f"were skipped{CAUSE}where the run was is counted in something that changes with the world size{FIX}keep "
+            "the global step in the snapshot: it says the epoch and the place in it at any world size")
+
+
+def _no_step_twice_or_skipped(runs):
+    world = _lost(runs)
+    if world is None or len(world.attempts) < 2 or not world.ranks:
+        return None  # no restart: told by the check above
+    return _steps_left(world)
+
+
+def _trajectory(world) -> tuple[list[torch.Tensor], list]:
+    """Rank 0's weights after each step of the run as it counts (for the job that lost a machine: the steps of
+    the first attempt up to the snapshot, then the survivor's), and the ranks (of their attempt) that took each."""
+    if world.job != LOST:
+        return steps(world.ranks[0]), [(world.ranks, k) for k in range(len(steps(world.ranks[0])))]
+    start = _resume_point(world)
+    first = {r.rank: r for r in world.attempts[0]}
+    before = steps(first[0])[:start] if 0 in first else []
+    after = steps(world.ranks[0])
+    return before + after, [(world.attempts[0], k) for k in range(len(before))] + \
+        [(world.ranks, k) for k in range(len(after))]
+
+
+def _same_training_at_any_world_size(runs):
+    one = _job(runs, ONE)
+    if one is None or not one.ranks:
+        return None
+    want, fed = _trajectory(one)
+    for world in runs:
+        if world is one or not world.ranks:
+            continue
+        if world.job == LOST and (len(world.attempts) < 2 or _steps_left(world)):
+            continue  # a survivor that did not go on, or took other steps: charged by the checks above
+        got, given = _trajectory(world)
+        if len(got) != len(want):
+            return (f"{world.label} took {len(got)} steps where one process took {len(want)}{CAUSE}a step's batch "
+                    f"depends on the world size{FIX}keep the global batch (--global-batch) whatever the world size: "
+                    "each rank takes its share of it")
+        apart = next((k for k, (a, b) in enumerate(zip(got, want)) if (a - b).abs().max().item() > ROUNDING), None)
+        if apart is not None:
+            gap = (got[apart] - want[apart]).abs().max().item()
+            return (f"{world.label}: after step {apart + 1} rank 0's weights differ from one process's by {gap:.3g}, "
+                    f"more than the order of the sums explains. " + _why(world, given[apart], fed[apart], apart))
+
+
+def _rows(ranks, k) -> list[list[float]] | None:
+    """The rows every rank's model was given in its ``k``-th training step (None if any is unknown)."""
+    rows = []
+    for r in sorted(ranks, key=lambda r: r.rank):
+        given = [e.get("inputs") for e in r.of("ddp_forward") if e.get("sync")]
+        if k >= len(given) or given[k] is None:
+            return None
+        rows += torch.as_tensor(given[k], dtype=torch.float64).reshape(-1, _dataset().tensors[0].shape[1]).tolist()
+    return rows
+
+
+def _why(world, given, fed, step: int) -> str:
+    """What the step was given that one process's was not: other samples, other noise, another learning rate."""
+    (ranks, k), (one_ranks, n) = given, fed
+    got, want = _rows(ranks, k), _rows(one_ranks, n)
+    if got is not None and want is not None:
+        got_samples, want_samples = _samples(sum(got, [])), _samples(sum(want, []))
+        if sorted(got_samples) != sorted(want_samples):
+            return (f"Its step {step + 1} trained on samples {sorted(got_samples)} where one process trained on "
+                    f"{sorted(want_samples)}{CAUSE}a step's batch is not the same at every world size{FIX}each rank "
+                    "takes its share of the same global batch: --global-batch divided by the world size")
+        noise = dict(zip(want_samples, want))
+        if any(max(abs(a - b) for a, b in zip(noise[s], row)) > 1e-6 for s, row in zip(got_samples, got)):
+            return (f"Its step {step + 1} trained on the samples one process trained on, with other noise"
+                    f"{CAUSE}the noise a sample gets depends on the rank that holds it, or on the world size{FIX}draw "
+                    "the noise of the whole global batch the same way on every rank, and take the rows of your samples")
+    lr, lr_one = _lr(_first(ranks), k), _lr(_first(one_ranks), n)
+    if lr is not None and lr_one is not None and abs(lr - lr_one) > 1e-12:
+        return (f"Its step {step + 1} used learning rate {lr:.6g} where one process's used {lr_one:.6g}{CAUSE}the "
+                f"schedule depends on the world size, or did not go on where it was{FIX}count the schedule in global "
+                "steps, and keep its state in the snapshot")
+    if world.job == LOST and k == 0 and ranks is world.ranks:
+        return (f"Its step {step + 1}, the survivor's first, was given the same inputs and learning rate{CAUSE}the "
+                f"optimizer's state (momentum) was not restored{FIX}load optimizer.state_dict() from the snapshot too")
+    return (f"Its step {step + 1} was given the same inputs and learning rate as one process's{CAUSE}the gradient "
+            "is not the mean over the global batch")
+
+
+def _first(ranks):
+    """Rank 0 of an attempt (the lowest rank there is)."""
+    return min(ranks, key=lambda r: r.rank)
+
+
+def _noise_kept(runs):
+    one = _job(runs, ONE)
+    rows = _rows(one.ranks, 0) if one and one.ranks else None
+    if not rows:
+        return None
+    dataset = _dataset()
+    samples = _samples(sum(rows, []))
+    spread = (torch.tensor(rows, dtype=torch.float64) - dataset.tensors[0][samples].double()).std().item()
+    if spread < NOISE / 2:
+        return (f"{one.label}: the first step's inputs are the dataset's samples with noise of spread {spread:.3g}, "
+                f"not {NOISE}: the noise was dropped{FIX}keep the noise: 0.05 times a standard normal draw for every "
+                "input, drawn so that it does not depend on the world size")
+
+
+EXERCISE = Exercise(
+    id="4.5",
+    title="lose a machine, keep training: the same run at any world size",
+    kind="script",
+    jobs=planned_jobs(),
+    jobs_of=lambda code: planned_jobs(),
+    timeout=60.0,
+    warm_imports=jobs.WARM_IMPORTS,
+    work=_work,
+    checks=[
+        runs_to_the_end("every job finishes: at 1, 2 and 3 processes, and the one that lost a machine", 2),
+        Check("after losing a machine the job goes on: torchrun restarts the survivor's worker at world size 1", 1,
+              _survivor_went_on, needs="partial",
+              hint="torchrun --nnodes=1:2 restarts the survivors in a smaller group; the script has to run at any size"),
+        EVERY_K,
+        Check("the survivor goes on after the last whole snapshot: no step trained twice, none skipped", 2,
+              _no_step_twice_or_skipped, hint="keep the global step in the snapshot; it says where the run is at any size"),
+        Check("the same training at any world size, a machine lost or not: every step as one process takes it", 4,
+              _same_training_at_any_world_size, needs="partial",
+              hint="the global batch, the schedule and every sample's noise must not depend on the world size"),
+        Check("every input still carries its noise", 2, _noise_kept,
+              hint="x + 0.05 * noise for every sample, the noise drawn the same way at any world size"),
+    ],
+)

@@ -1,0 +1,2 @@
+# YOUR CODE HERE
+raise NotImplementedError()
