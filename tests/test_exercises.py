@@ -261,6 +261,7 @@ CAUGHT_BY = {
     ("4.5", "wrong_noise_rows_in_blocks"): {ANY_SIZE},
     ("4.5", "wrong_momentum_not_restored"): {ANY_SIZE},
     ("4.5", "wrong_no_noise"): {"every input still carries its noise"},
+    ("4.5", "wrong_whole_batch_on_every_rank"): {"each rank trains on its own share of every step's global batch"},
     ("4.5", "wrong_place_in_own_samples"): {STEPS_LEFT},
     ("4.5", "wrong_resumes_from_the_start"): {STEPS_LEFT},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},

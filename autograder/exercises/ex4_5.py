@@ -20,7 +20,7 @@ import torch
 from autograder import jobs
 from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
-from autograder.exercises.ex4_2 import ARGS, EVERY, EVERY_K, N, STEPS, _lr, _samples, _work, snapshot_points, steps
+from autograder.exercises.ex4_2 import ARGS, EVERY, EVERY_K, GLOBAL_BATCH, N, STEPS, _lr, _samples, _work, snapshot_points, steps
 from ddpcourse import toy_dataset
 
 LOST_AFTER = 13  # the lost machine's worker's step: the last whole snapshot before it holds step 10
@@ -182,6 +182,30 @@ def _first(ranks):
     return min(ranks, key=lambda r: r.rank)
 
 
+def _own_shares(runs):
+    """Observed in what each rank's DDP forward was given, step by step, in the jobs of several ranks."""
+    for world in runs:
+        if world.job not in (TWO, THREE) or not world.ranks:
+            continue
+        fed = {r.rank: [e.get("inputs") for e in r.of("ddp_forward") if e.get("sync")] for r in world.ranks}
+        idle = sorted(rank for rank, given in fed.items() if not given)
+        if idle:
+            return (f"{world.label}: rank {idle[0]} trained through no DistributedDataParallel forward that the grader "
+                    f"saw{FIX}keep the model wrapped in DDP, as in 4.2's script")
+        for k in range(min(len(given) for given in fed.values())):
+            if any(given[k] is None for given in fed.values()):
+                continue
+            shares = {rank: _samples(given[k]) for rank, given in fed.items()}
+            together = [i for share in shares.values() for i in share]
+            if len(together) != GLOBAL_BATCH or len(set(together)) != GLOBAL_BATCH:
+                sizes = ", ".join(f"rank {rank} {len(share)}" for rank, share in sorted(shares.items()))
+                return (f"{world.label}: in step {k + 1} the ranks trained on {sizes} samples, {len(set(together))} "
+                        f"different ones, where each of the {world.world_size} ranks takes {GLOBAL_BATCH // world.world_size} "
+                        f"of the step's {GLOBAL_BATCH}{CAUSE}every rank computes what the others compute: the job is no "
+                        f"faster for its ranks{FIX}each rank takes its own share of the global batch: --global-batch "
+                        "divided by the world size, the shares apart")
+
+
 def _noise_kept(runs):
     one = _job(runs, ONE)
     rows = _rows(one.ranks, 0) if one and one.ranks else None
@@ -216,6 +240,8 @@ EXERCISE = Exercise(
         Check("the same training at any world size, a machine lost or not: every step as one process takes it", 4,
               _same_training_at_any_world_size, needs="partial",
               hint="the global batch, the schedule and every sample's noise must not depend on the world size"),
+        Check("each rank trains on its own share of every step's global batch", 2, _own_shares,
+              hint="each rank its share of --global-batch, apart from the others': DistributedSampler deals them out"),
         Check("every input still carries its noise", 2, _noise_kept,
               hint="x + 0.05 * noise for every sample, the noise drawn the same way at any world size"),
     ],

@@ -23,6 +23,11 @@ MISTAKES = {
         "takes its rows of the global batch's noise in one block, rank * share, where its samples are dealt out in turn",
         [("            x = x + 0.05 * drawn[rank::world_size]\n",
           "            x = x + 0.05 * drawn[rank * len(x):(rank + 1) * len(x)]\n")]),
+    "wrong_whole_batch_on_every_rank": (
+        "every rank trains on the whole global batch: the same at any world size, and no faster for its ranks",
+        [("num_replicas=world_size, rank=rank,", "num_replicas=1, rank=0,"),
+         ("batch_size=args.global_batch // world_size,", "batch_size=args.global_batch,"),
+         ("            x = x + 0.05 * drawn[rank::world_size]\n", "            x = x + 0.05 * drawn\n")]),
     "wrong_no_noise": (
         "drops the noise, which was the hard part",
         [("            x = x + 0.05 * drawn[rank::world_size]\n", "")]),
