@@ -75,7 +75,7 @@ class Job:
         return {"agents": [list(a) if a is not None else None for a in self.agents], "script": script,
                 "args": list(self.args), "env": env, "agent_env": self.agent_env(backend),
                 "fault": self.fault, "planted": self.planted or self.fault is not None,
-                "attempt_sizes": list(self.attempt_sizes or (self.world_size,))}
+                "attempt_sizes": list(self.attempt_sizes)}
 
     def agent_env(self, backend: str) -> list[dict]:
         """What each agent adds to the job's environment: with nccl, each simulated node its own GPUs."""

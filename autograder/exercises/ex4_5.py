@@ -20,7 +20,8 @@ import torch
 from autograder import jobs
 from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
-from autograder.exercises.ex4_2 import ARGS, EVERY, EVERY_K, GLOBAL_BATCH, N, STEPS, _lr, _samples, _work, snapshot_points, steps
+from autograder.exercises.ex4_2 import (ARGS, EVERY, EVERY_K, GLOBAL_BATCH, N, STEPS, _inputs, _lr, _resume_point,
+                                       _samples, _work, steps)
 from ddpcourse import toy_dataset
 
 LOST_AFTER = 13  # the lost machine's worker's step: the last whole snapshot before it holds step 10
@@ -70,16 +71,9 @@ def _survivor_went_on(runs):
         return f"{world.label}: the restarted workers saw WORLD_SIZE {sorted(map(str, sizes))}, expected 1"
 
 
-def _resume_point(world) -> int:
-    """Steps the survivor must not take again: those of the last whole snapshot before the loss (observed)."""
-    writer = next((r for r in world.attempts[0] if r.rank == 0), None) if world.attempts else None
-    points = snapshot_points(writer) if writer else []
-    return points[-1] if points else 0
-
-
 def _steps_left(world) -> str | None:
     """Whether the survivor took exactly the steps after the last whole snapshot; why not, else."""
-    start = _resume_point(world)
+    start = _resume_point(world) or 0  # no rank 0 in the first attempt: no snapshot it wrote
     taken = len(world.ranks[0].of("optimizer_step")) if world.ranks else 0
     if taken == STEPS - start:
         return None
@@ -109,7 +103,7 @@ def _trajectory(world) -> tuple[list[torch.Tensor], list]:
     the first attempt up to the snapshot, then the survivor's), and the ranks (of their attempt) that took each."""
     if world.job != LOST:
         return steps(world.ranks[0]), [(world.ranks, k) for k in range(len(steps(world.ranks[0])))]
-    start = _resume_point(world)
+    start = _resume_point(world) or 0  # no rank 0 in the first attempt: no snapshot it wrote
     first = {r.rank: r for r in world.attempts[0]}
     before = steps(first[0])[:start] if 0 in first else []
     after = steps(world.ranks[0])
@@ -143,7 +137,7 @@ def _rows(ranks, k) -> list[list[float]] | None:
     """The rows every rank's model was given in its ``k``-th training step (None if any is unknown)."""
     rows = []
     for r in sorted(ranks, key=lambda r: r.rank):
-        given = [e.get("inputs") for e in r.of("ddp_forward") if e.get("sync")]
+        given = _inputs(r)
         if k >= len(given) or given[k] is None:
             return None
         rows += torch.as_tensor(given[k], dtype=torch.float64).reshape(-1, _dataset().tensors[0].shape[1]).tolist()
@@ -187,7 +181,7 @@ def _own_shares(runs):
     for world in runs:
         if world.job not in (TWO, THREE) or not world.ranks:
             continue
-        fed = {r.rank: [e.get("inputs") for e in r.of("ddp_forward") if e.get("sync")] for r in world.ranks}
+        fed = {r.rank: _inputs(r) for r in world.ranks}
         idle = sorted(rank for rank, given in fed.items() if not given)
         if idle:
             return (f"{world.label}: rank {idle[0]} trained through no DistributedDataParallel forward that the grader "
