@@ -191,16 +191,19 @@ class WorldRun:
         """A rank that failed inside a collective after other ranks finished without calling it.
 
         In a real job that rank would wait until the group's timeout; here the others' exit closed
-        its connections and gloo raised instead. Either way it is a hang, and is reported as one.
+        its connections and gloo raised instead (or, rarely, the process aborted in native code).
+        Either way it is a hang, and is reported as one.
         """
         if not any(r.ok for r in self.ranks):
             return None
-        return next((r for r in self.ranks if r.error and r.pending_collective()), None)
+        return next((r for r in self.ranks
+                     if (r.error or (r.exitcode or 0) < 0) and r.exitcode is not None and r.pending_collective()), None)
 
     def culprit(self) -> RankRecord | None:
         """The first rank to end by a failure of its own; ranks that failed because it was gone are victims."""
+        left_waiting = self.abandoned()
         own = [r for r in self.ranks if r.exitcode is not None and not r.ok and not r.peer_gone
-               and not (r.exitcode == 0 and r.finished)]
+               and not (r.exitcode == 0 and r.finished) and r is not left_waiting]
         own.sort(key=lambda r: r.order if r.order is not None else len(self.ranks))
         return own[0] if own else None
 

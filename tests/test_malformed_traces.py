@@ -62,3 +62,17 @@ def test_a_trace_of_any_shape_gets_a_report_not_an_exception(exercise_id):
                   ([(j.world_size, j) for j in exercise.jobs] or [(s, None) for s in exercise.world_sizes])]
         report = engine.verdict(exercise, worlds, None, "gloo", [w.world_size for w in worlds], 0, "student.py")
         assert report.checks and len(report.checks) == len(exercise.checks)
+
+
+def test_a_rank_that_died_of_a_signal_inside_a_collective_its_peers_never_called_is_told_as_that_deadlock():
+    """The others finished without calling it, so the collective could never return: however that rank then ended
+    (gloo raised when their connections closed, or, rarely, the process aborted in native code), the cause is the
+    collective called on one rank only, not a crash of its own."""
+    from autograder import diagnosis
+    call = {"call": "all_reduce", "n": 1, "caller": "exercise cell line 7, in save", "seq": 2}
+    waiting = RankRecord(0, -6, "malloc(): unaligned tcache chunk detected", "", order=1, events=[
+        {"kind": "enter", **call}, {"kind": "collective", "op": "all_reduce", "caller": call["caller"], "seq": 3}])
+    done = RankRecord(1, 0, "", "", order=0, finished=True)
+    world = WorldRun(Layout(2), [waiting, done], None, False, 0.1, "/grading/work/w")
+    assert world.culprit() is None and world.abandoned() is waiting
+    assert diagnosis.summary(world).startswith("world size 2: deadlock: rank 0 in all_reduce #1"), diagnosis.summary(world)
