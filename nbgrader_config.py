@@ -38,6 +38,9 @@ c.Autograde.autograde_preprocessors = [
 # Autograding refuses to run where the sandbox cannot (bubblewrap missing or not permitted).
 # To grade anyway, with each submission running as you, beside the gradebook:
 # c.GradeInSandbox.allow_without_sandbox = True
+# Steps of hints a student took (their progress file, submitted beside the notebook) are shown in the report;
+# they cost nothing unless you give each step a price in points, e.g.:
+# c.GradeInSandbox.hint_cost = 0.5
 
 # Feedback pages show the check cells as students had them: the hidden tests (grading again on other data)
 # are graded, not shown.

@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 
 from autograder.evidence import RankRecord, WorldRun
+from autograder.hints import Hint, first_step_line
 from autograder.report import SKIPPED_ON_CPU, CheckResult
 
 
@@ -85,10 +86,10 @@ class Check:
     name: str
     points: float
     verify: Callable[[Runs], str | None]
-    hint: str = ""
+    hint: Hint | str = ""  # the three steps of hints.py (a plain string: one line, shown as it is)
     needs: str = "complete"
     gpu_only: bool = False
-    hint_for: Callable[[Runs], str] | None = None  # a hint that depends on what was seen, in place of ``hint``
+    hint_for: Callable[[Runs], Hint | str] | None = None  # a hint that depends on what was seen, in place of ``hint``
 
     def result(self, status: str, message: str = "") -> CheckResult:
         return CheckResult(self.name, status, self.points if status == "passed" else 0, self.points, message)
@@ -121,6 +122,8 @@ class Check:
             return self.result("failed", f"what the ranks recorded for this check is malformed ({type(exc).__name__})")
         if message:
             hint = self.hint_for(runs) if self.hint_for else self.hint
+            if isinstance(hint, Hint):  # its first step is added once the lesson is known (judge_all)
+                return replace(self.result("failed", message), hints=hint.steps(None, runs, message))
             return self.result("failed", message + (f"\nHint: {hint}" if hint else ""))
         return None
 
@@ -187,7 +190,16 @@ def gate(exercise, runs: Runs) -> str | None:
 def judge_all(exercise, runs: Runs) -> list[CheckResult]:
     if gate(exercise, runs):
         return exercise.same_result("failed", "not judged: nothing to grade (see above)", runs.backend)
-    return [check.judge(runs, exercise.credit_per_world) for check in exercise.checks]
+    return [_with_first_hint(check.judge(runs, exercise.credit_per_world), exercise.id.split(".")[0])
+            for check in exercise.checks]
+
+
+def _with_first_hint(result: CheckResult, lesson: str) -> CheckResult:
+    """A failed check's hints placed in the exercise's lesson, and the first step said under its message."""
+    if not result.hints:
+        return result
+    steps = {**result.hints, "lesson": result.hints.get("lesson") or lesson}
+    return replace(result, hints=steps, message=f"{result.message}\n{first_step_line(steps)}")
 
 
 # Verifications shared by several exercises ------------------------------------------------

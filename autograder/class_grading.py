@@ -46,11 +46,11 @@ class Store:
         self.folder = folder
 
     @staticmethod
-    def key(check_source: str, cells: dict[str, str]) -> str:
-        """The digest of the grader's code, the check cell and every exercise cell of the notebook (a check may
-        run the cells of other exercises beside its own: 1.5 does). Nothing here imports torch, so that
-        recording a graded class does not."""
-        text = json.dumps([_fingerprint(), check_source, cells], sort_keys=True)
+    def key(check_source: str, cells: dict[str, str], taken: dict[str, int]) -> str:
+        """The digest of the grader's code, the check cell, every exercise cell of the notebook (a check may
+        run the cells of other exercises beside its own: 1.5 does) and the hints the student took. Nothing here
+        imports torch, so that recording a graded class does not."""
+        text = json.dumps([_fingerprint(), check_source, cells, taken], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str):
@@ -124,20 +124,21 @@ def grade_notebook(config_file: str, store_folder: str, path: str, checks: list[
     import nbformat
     from traitlets.config.loader import PyFileConfigLoader
 
-    from autograder.nbgrader_grading import GradeInSandbox, exercise_cells
+    from autograder.nbgrader_grading import GradeInSandbox, exercise_cells, hints_taken_beside
 
     config = PyFileConfigLoader(Path(config_file).name, path=str(Path(config_file).parent)).load_config()
     grader = GradeInSandbox(config=config)
     store = Store(Path(store_folder))
     cells = exercise_cells(nbformat.read(path, as_version=4))
-    keys = [Store.key(source, cells) for source in checks]
+    taken = hints_taken_beside(Path(path).parent)
+    keys = [Store.key(source, cells, taken) for source in checks]
     outputs = [store.get(key) for key in keys]
     graded = sum(o is None for o in outputs)
     if graded:
         with grader.session():
             for k, (source, key) in enumerate(zip(checks, keys)):
                 if outputs[k] is None:
-                    outputs[k] = grader.graded_output(source, cells)
+                    outputs[k] = grader.graded_output(source, cells, taken)
                     if not grader.grader_failed:  # a failure of the grader's own is not kept: graded again later
                         store.put(key, outputs[k])
     return sum(_score(o) for o in outputs), sum(_worth(source) for source in checks), graded
@@ -186,13 +187,14 @@ def _all_kept(store: Store, path: Path, checks: list[str]) -> bool:
     """Whether every check cell of this notebook is graded in the store already (a class graded again)."""
     import nbformat
 
-    from autograder.nbgrader_grading import exercise_cells
+    from autograder.nbgrader_grading import exercise_cells, hints_taken_beside
 
     try:
         cells = exercise_cells(nbformat.read(path, as_version=4))
     except Exception:
         return False  # unreadable: the grader process says why
-    return all(store.get(Store.key(source, cells)) is not None for source in checks)
+    taken = hints_taken_beside(path.parent)
+    return all(store.get(Store.key(source, cells, taken)) is not None for source in checks)
 
 
 def _warm():

@@ -1,5 +1,6 @@
 """Command line: `python -m autograder list`, `grade EXERCISE PATH`, `progress [FOLDER]` (a student's best scores),
-and `class ASSIGNMENT --course DIR` (a whole class into nbgrader's gradebook)."""
+`hint EXERCISE PATH` (the next step of a hint) and `class ASSIGNMENT --course DIR` (a whole class into nbgrader's
+gradebook)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     pr = sub.add_parser("progress", help="your best score of every exercise so far, and what to do next")
     pr.add_argument("folder", nargs="?", default="exercises", help="the folder of your notebooks (default: exercises)")
+    h = sub.add_parser("hint", help="check an exercise again, then show the next step of the hint for the check "
+                                    "that failed first: the idea, where to look, how to fix it")
+    h.add_argument("exercise", help="an exercise id, e.g. 2.2")
+    h.add_argument("path", help="your notebook (or .py file) with that exercise; your progress file is beside it")
     k = sub.add_parser("class", help="autograde every submission of an nbgrader assignment, several at once, "
                                      "into the course's gradebook")
     k.add_argument("assignment", help="the assignment, e.g. ps2")
@@ -94,6 +99,8 @@ def _main(argv: list[str] | None) -> int:
 
         print(progress.to_text(Path(args.folder).resolve(), exercises.ids()))
         return 0
+    if args.command == "hint":
+        return _hint(args)
     if args.command == "class":
         from pathlib import Path
 
@@ -140,6 +147,35 @@ def _note_progress(args, reports):
             progress.record(path.resolve().parent, report)
         except OSError:
             pass
+
+
+def _hint(args) -> int:
+    """Grade the exercise as it is now (so that "where to look" names today's lines), note it in the progress file
+    beside PATH, and print the next step of its hint."""
+    from pathlib import Path
+
+    from autograder import progress
+    from autograder.engine import grade_each
+    from autograder.hints import Shown
+
+    if args.exercise not in exercises.ids():
+        print(f"autograder: unknown exercise {args.exercise!r}; `python -m autograder list` shows them", file=sys.stderr)
+        return 2
+    try:
+        report, = grade_each([args.exercise], args.path, None, progress=lambda line: None)
+    except UsageError as exc:
+        print(f"autograder: {exc}", file=sys.stderr)
+        return 2
+    folder = Path(args.path).resolve().parent
+    try:
+        progress.record(folder, report)
+        given = progress.next_hint(folder, args.exercise)
+    except OSError as exc:
+        print(f"autograder: the progress file beside {args.path} could not be written ({exc.strerror})", file=sys.stderr)
+        return 1
+    print(report.headline())
+    print(repr(Shown(args.exercise, given, f"python -m autograder hint {args.exercise} {args.path}")))
+    return 0
 
 
 def _course_summary(reports) -> dict:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from autograder.evidence import RankRecord, WorldRun
+from autograder.hints import Hint
 from autograder.sandbox import package_dir
 
 GRADER_DIR = package_dir("ranks")  # the frames of the ranks' side of the grader, left out of what is shown
@@ -103,29 +104,63 @@ def summary(world: WorldRun) -> str:
     return f"{head}: rank {odd.rank} {odd.how_it_ended()}" if odd else f"{head} completed"
 
 
-def hint_for(world: WorldRun) -> str:
+def hint_for(world: WorldRun) -> Hint | str:
     """What to do about a launch that did not complete, by how it ended: a crash, a deadlock, the time limit."""
     if world.host_failure:
         return "the grader itself failed, not your code: run the check again"
     if world.duplicates or world.unmet is not None:
-        return ("every agent of one job must name the same rendezvous (--rdzv-id, --rdzv-endpoint) and agree on "
-                "--nnodes; read what the agents said above")
+        return _RENDEZVOUS
     culprit = world.culprit()
     if culprit is not None:
         if any(not r.ok and r is not culprit and (r.peer_gone or r.exitcode is None) for r in world.ranks):
-            return ("read the first failure above: the rank named first failed on its own, the others "
-                    "because it was gone")
-        return "read the error above: its last line of your code is where it was raised"
+            return _CRASH_WITH_VICTIMS
+        return _CRASH
     if world.stall is not None and {e.get("call") for e in world.stall.waiting.values()} == {"init_process_group"}:
-        return ("every process joins with what the launcher set: init_process_group(backend) alone, with no "
-                "world_size, rank, init_method or MASTER_ADDR/MASTER_PORT of your own")
+        return _JOINING
     if world.abandoned() is not None or world.stall is not None:
-        return ("a collective returns only once every rank has called it, in the same order, with tensors of "
-                "the same shape: call the same collectives on every rank, outside any `if rank == ...`")
+        return _DEADLOCK
     if world.timed_out:
-        return ("the ranks were computing, not waiting for each other: look for a loop that never ends, or "
-                "for far more work than the exercise asks")
+        return _TIME_LIMIT
     return "read what the report says above of how each rank ended"
+
+
+_CRASH = Hint(
+    idea="A rank ended with an error of its own: the error above says what went wrong and on which line.",
+    section="4:When a worker fails",
+    where="The traceback above: its last line that names your code is where the error was raised.",
+    how="Read the error's last line, then that line of your code, and make it right for every rank and world size.")
+_CRASH_WITH_VICTIMS = Hint(
+    idea=("One rank failed on its own, and the other ranks failed or were stopped because it was gone: the rank "
+          "named first is the one to look at."),
+    section="4:When a worker fails",
+    where="The first rank's traceback above, and its last line in your code: the other ranks' errors are echoes.",
+    how=("Fix what made that one rank fail; the others' errors go away with it. Do not add waits or barriers "
+         "around the failure: a rank that is gone never arrives."))
+_JOINING = Hint(
+    idea="Every process joins one group, with the rank and the world size the launcher gave it.",
+    section="2:3. `init_process_group` comes first",
+    where="Your call that joins the process group, and whatever you pass it.",
+    how=("Pass only the backend: the launcher's environment already says where to meet, how many processes there "
+         "are and which one this is; a world size, rank or address of your own keeps the processes apart."),
+    lines_of=("init_process_group",))
+_DEADLOCK = Hint(
+    idea=("A collective returns only once every rank has called it, in the same order, with tensors of the same "
+          "shape: a rank that calls one the others never call waits for ever."),
+    section="1:Every rank calls every collective, in the same order",
+    where="The collective the report names, and any branch on the rank around it.",
+    how=("Call the same collectives on every rank, outside any branch on the rank; let the rank decide only what "
+         "to do with the result, such as which rank writes a file."),
+    lines_of=("collective",))
+_TIME_LIMIT = Hint(
+    idea="The ranks were computing, not waiting for each other, when the time ran out.",
+    section="4:5. When it hangs",
+    where="Your loops: the one the report shows each rank in, and how many steps or epochs it runs.",
+    how="Make every loop end after the work the exercise asks for; look for a condition that never turns false.")
+_RENDEZVOUS = Hint(
+    idea="The agents of one job meet at one rendezvous: the same backend, endpoint and job id, and the same number of machines.",
+    section="4:4. Several machines",
+    where="The launch command of each machine, side by side, and what the agents printed above.",
+    how="Give every machine the same rendezvous options and the same machine count, so that they form one job.")
 
 
 def _failed_agent(world: WorldRun) -> int | None:

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool, Unicode
+from traitlets import Bool, Float, Unicode
 
 from autograder.source import MAGIC, UsageError, as_notebook, magic_id
 
@@ -47,17 +47,23 @@ class GradeInSandbox(Preprocessor):
                  "there, graded from the same code by the same grader, is not graded again."
     ).tag(config=True)
 
+    hint_cost = Float(
+        0.0, help="Points taken off an exercise for each step of a hint the student took, as their progress file "
+                  "beside the notebook records it (their own file: a nudge, not a control)."
+    ).tag(config=True)
+
     def preprocess(self, nb, resources):
         """Grade every check cell of one student's notebook, with one sandboxed rank host for all of them."""
         cells = exercise_cells(nb)
+        taken = hints_taken_beside(resources.get("metadata", {}).get("path"))
         checks = [c for c in nb.cells if c.cell_type == "code" and _is_check_cell(c)]
-        kept = {id(c): self.kept_output(c.source, cells) for c in checks}
+        kept = {id(c): self.kept_output(c.source, cells, taken) for c in checks}
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
         with self.session() if None in kept.values() else contextlib.nullcontext():  # no host for nothing to grade
             for cell in checks:
-                cell.outputs = [kept[id(cell)] or self.graded_output(cell.source, cells)]
+                cell.outputs = [kept[id(cell)] or self.graded_output(cell.source, cells, taken)]
         return nb, resources
 
     @contextlib.contextmanager
@@ -79,13 +85,13 @@ class GradeInSandbox(Preprocessor):
     def _mode(self) -> str:
         return "auto" if self.allow_without_sandbox else "required"
 
-    def kept_output(self, source: str, cells: dict[str, str]):
+    def kept_output(self, source: str, cells: dict[str, str], taken: dict[str, int]):
         """The check cell's output as the graded store keeps it, or None (no store, or not graded there)."""
         from autograder.class_grading import Store
 
-        return Store(Path(self.graded_store)).get(Store.key(source, cells)) if self.graded_store else None
+        return Store(Path(self.graded_store)).get(Store.key(source, cells, taken)) if self.graded_store else None
 
-    def graded_output(self, source: str, cells: dict[str, str]) -> dict:
+    def graded_output(self, source: str, cells: dict[str, str], taken: dict[str, int]) -> dict:
         from nbformat.v4 import new_output
 
         from autograder.notebook import CheckOutcome
@@ -97,6 +103,7 @@ class GradeInSandbox(Preprocessor):
         else:
             exercise_id, options = call
             outcome = self.grade(exercise_id, cells, options.get("seed", 0), options.get("world_sizes"))
+            outcome.hints_taken, outcome.hint_cost = taken.get(exercise_id, 0), self.hint_cost
         return new_output("execute_result", {"text/plain": repr(outcome), "text/html": outcome._repr_html_()},
                           execution_count=None)
 
@@ -122,6 +129,13 @@ class GradeInSandbox(Preprocessor):
             return CheckOutcome(exercise_id, message=f"the grader failed ({type(exc).__name__}): {str(exc)[:300]}")
         self.log.info("exercise %s: %s/%s", exercise_id, report.score, report.max_score)
         return CheckOutcome(exercise_id, report)
+
+
+def hints_taken_beside(folder) -> dict[str, int]:
+    """Steps of hints taken per exercise, from the progress file submitted beside the notebook (none: {})."""
+    from autograder import progress
+
+    return progress.taken_by_exercise(Path(folder)) if folder else {}
 
 
 def exercise_cells(nb) -> dict[str, str]:

@@ -78,11 +78,22 @@ class CheckOutcome:
     report: Report | None = None
     message: str = ""  # why there is no report
     detail: str = ""  # what the grader said, when it gave no report
+    hints_taken: int = 0  # under nbgrader: steps of hints the student took for this exercise (their progress file)
+    hint_cost: float = 0.0  # points each step costs (GradeInSandbox.hint_cost; none by default)
 
     @property
     def earned(self) -> float:
-        """The report's score (see Report.score); nothing without a report."""
-        return self.report.score if self.report else 0.0
+        """The report's score (see Report.score), less what the hints taken cost; nothing without a report."""
+        if self.report is None:
+            return 0.0
+        return round(max(self.report.score - self.hints_taken * self.hint_cost, 0.0), 2)
+
+    def hints_line(self) -> str:
+        if not self.hints_taken:
+            return ""
+        cost = (f": they cost {self.hints_taken * self.hint_cost:g} point(s), so this exercise earns "
+                f"{self.earned:g}/{self.report.max_score:g}") if self.hint_cost and self.report else ""
+        return f"Hints taken for exercise {self.exercise}: {self.hints_taken} step(s){cost}."
 
     def __repr__(self) -> str:
         return repr(float(self.earned))
@@ -92,7 +103,9 @@ class CheckOutcome:
             detail = f"<pre style='white-space:pre-wrap'>{html.escape(self.detail)}</pre>" if self.detail else ""
             return (f"<div class='autograder-report'><p style='font-weight:bold;color:#cf222e'>"
                     f"Exercise {html.escape(self.exercise)}: {html.escape(self.message)}</p>{detail}</div>")
-        return self.report._repr_html_()
+        line = self.hints_line()
+        shown = f"<p style='color:#9a6700'>{html.escape(line)}</p>" if line else ""
+        return self.report._repr_html_() + shown
 
 
 def check(exercise_id: str, seed: int = 0, world_sizes: list[int] | None = None) -> CheckOutcome:
@@ -144,6 +157,21 @@ def progress():
     from autograder import progress as kept
 
     return kept.Progress(Path.cwd(), exercises.ids())
+
+
+def hint(exercise_id: str):
+    """The next step of the hint for the check of ``exercise_id`` that failed first when you last ran its check: the
+    idea (and the lesson's section), then where to look in your code, then how to fix it (autograder/hints.py)."""
+    from autograder import exercises
+    from autograder import progress as kept
+    from autograder.hints import Shown
+
+    exercise_id = str(exercise_id)
+    try:
+        given = kept.next_hint(Path.cwd(), exercise_id, known=exercise_id in exercises.ids())
+    except OSError as exc:  # a read-only folder: said in the cell, never on stderr
+        given = {"message": f"your progress file could not be read or written ({exc.strerror})"}
+    return Shown(exercise_id, given, f'hint("{exercise_id}")')
 
 
 def _as_notebook(exercise_id: str) -> str:

@@ -4,9 +4,12 @@ Every check a student runs (the notebook's check cells, ``python -m autograder g
 theirs, ``ddp-course-progress.json``, in the folder of the notebook they work in: it travels with their
 notebooks, git ignores it, and they may read, edit or delete it (deleted, it starts again from nothing). It
 holds, per exercise: the best score and when it was reached, the last score and when, how many checks were run,
-and the checks that failed last. It is the student's own record, never a grade: nbgrader grades the notebook.
+the checks that failed last, the hints of the first of them (hints.py), and the hints taken, by check. It is the
+student's own record, never a grade: nbgrader grades the notebook (and may count the hints taken, if the
+instructor says so: nbgrader_grading.py).
 
-``progress()`` in a notebook and ``python -m autograder progress [FOLDER]`` show it, lesson by lesson.
+``progress()`` in a notebook and ``python -m autograder progress [FOLDER]`` show it, lesson by lesson;
+``hint(ID)`` and ``python -m autograder hint ID PATH`` show the next step of a hint (``next_hint``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import json
 import os
 import time
 from pathlib import Path
+
+from autograder.hints import STEPS, TITLES, step_text
 
 FILE = "ddp-course-progress.json"
 LESSONS = {"1": "Lesson 1: data versus model parallelism", "2": "Lesson 2: DistributedDataParallel basics",
@@ -51,11 +56,56 @@ def record(folder: Path, report) -> None:
                  "failing": [c.name for c in report.checks if c.status not in ("passed", "skipped")]}
         if report.score >= float(before.get("best", -1)):
             entry.update(best=report.score, best_on=entry["last_on"])
+        first = next((c for c in report.checks if c.status == "failed" and c.hints), None)
+        entry["hint"] = {"check": first.name, **first.hints} if first else None
         done[report.exercise] = entry
-        temporary = folder / f".{FILE}.{os.getpid()}"
-        temporary.write_text(json.dumps({"exercises": dict(sorted(done.items(), key=lambda kv: _order(kv[0])))},
-                                        indent=1) + "\n")
-        os.replace(temporary, folder / FILE)
+        _write(folder, done)
+
+
+def _write(folder: Path, done: dict) -> None:
+    """The whole file, written beside it and renamed onto it: never half written."""
+    temporary = folder / f".{FILE}.{os.getpid()}"
+    temporary.write_text(json.dumps({"exercises": dict(sorted(done.items(), key=lambda kv: _order(kv[0])))},
+                                    indent=1) + "\n")
+    os.replace(temporary, folder / FILE)
+
+
+def hints_taken(entry: dict) -> dict[str, int]:
+    """Steps of hints taken, by check, as recorded (a hand-edited file gives what it can)."""
+    taken = entry.get("hints_taken")
+    if not isinstance(taken, dict):
+        return {}
+    return {str(k): min(max(v, 0), len(STEPS)) for k, v in taken.items() if type(v) is int}
+
+
+def taken_by_exercise(folder: Path) -> dict[str, int]:
+    """Steps of hints taken per exercise (each check's counted up to its three), as the file beside a notebook says."""
+    return {i: sum(hints_taken(e).values()) for i, e in load(folder).items() if hints_taken(e)}
+
+
+def next_hint(folder: Path, exercise_id: str, known: bool = True) -> dict:
+    """The next step of the hint for the check of ``exercise_id`` that failed first in its last check, recorded
+    as taken: {"step": 1-3, "of": 3, "check", "text", and the hint's fields}, or {"message": why there is none}."""
+    if not known:
+        return {"message": f"there is no exercise {exercise_id!r}"}
+    with _locked(folder) if folder.is_dir() else contextlib.nullcontext():
+        done = load(folder)
+        entry = done.get(exercise_id)
+        if entry is None:
+            return {"message": f"run exercise {exercise_id}'s check first: a hint is for the check that failed"}
+        hint = entry.get("hint")
+        if not isinstance(hint, dict) or not isinstance(hint.get("check"), str):
+            failing = entry.get("failing") or []
+            return {"message": f"exercise {exercise_id}'s last check gave no hint to take"
+                               + (": its failing checks are about finding the cause yourself, or could not be "
+                                  "judged (read the report)" if failing else ": every check passed")}
+        taken = hints_taken(entry)
+        step = min(taken.get(hint["check"], 0) + 1, len(STEPS))
+        taken[hint["check"]] = max(step, taken.get(hint["check"], 0))
+        entry["hints_taken"] = taken
+        _write(folder, done)
+    return {**hint, "step": step, "of": len(STEPS), "text": step_text(hint, STEPS[step - 1]),
+            "title": TITLES[STEPS[step - 1]]}
 
 
 @contextlib.contextmanager
@@ -108,11 +158,17 @@ def to_text(folder: Path, ids: list[str]) -> str:
         if "best" in row:
             mark = "done" if row["best"] >= row["max"] else "    "
             lines.append(f"  {mark} {row['exercise']:<4} best {row['best']:g}/{row['max']:g} on {row['best_on']}, "
-                         f"last {row['last']:g} on {row['last_on']}, {row['checks_run']} check(s) run")
+                         f"last {row['last']:g} on {row['last_on']}, {row['checks_run']} check(s) run"
+                         + _taken_words(row))
         else:
             lines.append(f"       {row['exercise']:<4} not checked yet")
     return (f"Your progress (kept in {folder / FILE}; delete it to start again)" + "\n".join(lines)
             + f"\n\n{next_step(table)}")
+
+
+def _taken_words(row: dict) -> str:
+    taken = sum(hints_taken(row).values())
+    return f", {taken} hint(s) taken" if taken else ""
 
 
 def to_html(folder: Path, ids: list[str]) -> str:
@@ -121,15 +177,16 @@ def to_html(folder: Path, ids: list[str]) -> str:
     for row in table:
         if "best" in row:
             full = row["best"] >= row["max"]
-            cells = (f"{row['best']:g}/{row['max']:g}", row["best_on"], f"{row['last']:g}", str(row["checks_run"]))
+            cells = (f"{row['best']:g}/{row['max']:g}", row["best_on"], f"{row['last']:g}", str(row["checks_run"]),
+                     str(sum(hints_taken(row).values())))
             color = "#1a7f37" if full else "#9a6700"
         else:
-            cells, color = ("not checked yet", "", "", ""), "#6e7781"
+            cells, color = ("not checked yet", "", "", "", ""), "#6e7781"
         body.append(f"<tr><td>{html.escape(LESSONS.get(row['lesson'], row['lesson']).split(':')[0])}</td>"
                     f"<td>{html.escape(row['exercise'])}</td>"
                     + "".join(f"<td style='color:{color}'>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return ("<div class='autograder-progress'><table><thead><tr><th>lesson</th><th>exercise</th><th>best</th>"
-            "<th>best on</th><th>last</th><th>checks run</th></tr></thead><tbody>" + "".join(body)
+            "<th>best on</th><th>last</th><th>checks run</th><th>hints taken</th></tr></thead><tbody>" + "".join(body)
             + f"</tbody></table><p><b>{html.escape(next_step(table))}</b></p>"
             f"<p style='color:#6e7781'>Kept in {html.escape(str(folder / FILE))}: yours to read, or delete to start "
             "again.</p></div>")

@@ -23,6 +23,7 @@ class CheckResult:
     points: float
     max_points: float
     message: str = ""
+    hints: dict | None = None  # a failed check's hints in steps (hints.py): idea, lesson, section, where, how
 
     def __post_init__(self):
         assert self.status in STATUSES, self.status
@@ -129,9 +130,19 @@ class Report:
             lines.append(f"{_MARK[c.status]} {c.name}  ({_points(c)}, {c.status})")
             if c.message and c.status != "passed":
                 lines.append(_indent(c.message, "    "))
+        if self.more_help():
+            lines += ["", self.more_help()]
         if self.timeline:
             lines += ["", _drawn(self.timeline).to_text()]
         return "\n".join(lines)
+
+    def more_help(self) -> str:
+        """Where the next steps of the first failed check's hint are (hints.py), when it has them."""
+        first = next((c for c in self.checks if c.status == "failed" and c.hints), None)
+        if first is None:
+            return ""
+        return (f"Stuck on \"{first.name}\"? hint(\"{self.exercise}\") in the notebook (or python -m autograder "
+                f"hint {self.exercise} YOUR_NOTEBOOK) shows where to look in your code, then how to fix it.")
 
     def _repr_html_(self) -> str:
         rows = "".join(
@@ -151,10 +162,11 @@ class Report:
         )
         headings = "".join(f"<th style='{_CELL}'>{h}</th>" for h in _HEADINGS)
         colour = _COLOUR["passed" if self.all_passed else "failed"]
+        more = f"<p>{html.escape(self.more_help())}</p>" if self.more_help() else ""
         return (
             f"<div class='autograder-report'><p style='font-weight:bold;color:{colour}'>{html.escape(self.headline())}</p>"
             f"{problem}<table><thead><tr>{headings}</tr></thead>"
-            f"<tbody>{rows}</tbody></table>{self._timeline_html()}</div>"
+            f"<tbody>{rows}</tbody></table>{more}{self._timeline_html()}</div>"
         )
 
     def _timeline_html(self) -> str:
@@ -176,7 +188,14 @@ def _message_html(c: CheckResult) -> str:
     """What was seen, for a check that did not pass; nothing (not an empty box) for one that did."""
     if c.status == "passed" or not c.message:
         return ""
-    return f"<pre style='{_PRE}'>{html.escape(c.message)}</pre>"
+    shown = html.escape(c.message)
+    if c.hints:  # the lesson's section, as a link
+        from autograder.hints import link, where_read
+
+        read = html.escape(where_read(c.hints))
+        shown = shown.replace(read, f"<a href='{html.escape(link(c.hints.get('lesson', ''), c.hints.get('section', '')))}' "
+                                    f">{read}</a>")
+    return f"<pre style='{_PRE}'>{shown}</pre>"
 
 
 def _points(c: CheckResult) -> str:

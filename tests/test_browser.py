@@ -247,6 +247,26 @@ def test_exercise_report_in_jupyterlab(lab, page):
     assert earned < possible, text
     failed = check.locator("tr", has_text="accuracy equals the single-process accuracy")
     assert "failed" in failed.inner_text() and "Hint" in failed.inner_text(), text
+    # the idea's lesson section is a link that opens the lesson in JupyterLab, beside the exercises
+    failed.locator("a[href*='lessons/02_ddp_basics.ipynb'][href*='#']").click()
+    lesson_tab = page.locator(".lm-TabBar-tab[title*='lessons/02_ddp_basics.ipynb']")
+    lesson_tab.wait_for(timeout=60_000)
+    wait_idle(page)
+    page.locator(".lm-TabBar-tab[title*='exercises/02_ddp_basics.ipynb']").click()
+
+    # a new cell under the check: hint("2.3"), run three times, gives the idea, where to look, then how
+    check.locator(".cm-content").click()
+    for key in ("Escape", "b", "Enter"):
+        page.keyboard.press(key)
+    page.keyboard.insert_text('hint("2.3")')
+    asked = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='hint("2.3")'))
+    for step, title in enumerate(("the idea", "where to look", "how to fix it"), start=1):
+        run_cell(page, asked)
+        page.wait_for_function("([cell, said]) => cell.innerText.includes(said)",
+                               arg=[asked.element_handle(), f"hint {step} of 3"], timeout=60_000)
+        given = asked.locator(".autograder-hint")
+        assert f"hint {step} of 3" in given.inner_text() and title in given.inner_text(), given.inner_text()
+        given.screenshot(path=SHOTS / f"hint_{step}.png")
 
     right = (SUBMISSIONS / "correct_blocks.py").read_text()
     run_cell(page, exercise, f"%%exercise 2.3\n{right}")
@@ -266,10 +286,38 @@ def test_exercise_report_in_jupyterlab(lab, page):
     shown = page.locator(".autograder-progress")
     shown.wait_for(timeout=60_000)
     row = shown.locator("tr", has_text="2.3")
-    assert f"{possible:g}/{possible:g}" in row.inner_text() and "2" in row.locator("td").last.inner_text(), \
-        row.inner_text()
+    cells = row.locator("td")
+    assert f"{possible:g}/{possible:g}" in row.inner_text() and cells.nth(5).inner_text() == "2", row.inner_text()
+    assert cells.last.inner_text() == "3", row.inner_text()  # the hints taken
     assert "next: start exercise 1.0" in shown.inner_text()
     shown.screenshot(path=SHOTS / "progress.png")
+
+
+def test_the_stop_button_stops_a_check_and_leaves_one_line(lab, page):
+    open_notebook(page, lab, f"exercises/{LESSON}")
+    run_cell(page, code_cell(page, "%load_ext autograder"))
+    wait_idle(page)
+    exercise = code_cell(page, "%%exercise 2.3")
+    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("2.3"'))
+    endless = "import time\n\n\ndef evaluate(model, dataset, batch_size=16):\n    while True:\n        time.sleep(0.05)\n"
+    run_cell(page, exercise, f"%%exercise 2.3\n{endless}")
+    wait_idle(page)
+    run_cell(page, check)
+    page.wait_for_timeout(3000)  # the ranks are running the endless loop
+    menu(page, "Kernel", "Interrupt Kernel")
+    page.wait_for_function("cell => cell.innerText.includes('stopped with the stop button')",
+                           arg=check.element_handle(), timeout=60_000)
+    wait_idle(page)
+    said = check.locator(".jp-OutputArea-output").all_inner_texts()
+    check.screenshot(path=SHOTS / "stopped.png")
+    assert len(said) == 1 and len(said[0].strip().splitlines()) == 1, said
+    assert "Traceback" not in said[0] and "KeyboardInterrupt" not in said[0], said
+
+    right = (SUBMISSIONS / "correct_blocks.py").read_text()  # and the next check runs as usual
+    run_cell(page, exercise, f"%%exercise 2.3\n{right}")
+    run_cell(page, check)
+    text, earned, possible = report_of(check)
+    assert earned == possible, text
 
 
 def test_pipeline_report_draws_the_students_run(lab, page):

@@ -31,8 +31,11 @@ def test_grade_json_contract_on_a_wrong_solution():
     assert {"exercise", "score", "max_score", "backend", "world_sizes", "checks"} <= set(report)
     assert report["exercise"] == "2.3" and report["backend"] == "gloo" and report["world_sizes"] == [1, 2, 3]
     for check in report["checks"]:
-        assert set(check) == {"name", "status", "points", "max_points", "message"}
+        assert set(check) == {"name", "status", "points", "max_points", "message", "hints"}
         assert check["status"] in ("passed", "failed", "error", "timeout", "skipped")
+        assert (check["hints"] is not None) == (check["status"] == "failed"), check  # the steps of hints.py
+    failed = next(c for c in report["checks"] if c["hints"])
+    assert {"idea", "lesson", "section", "where", "how"} <= set(failed["hints"]) and "\nHint: " in failed["message"]
     assert 0 < report["score"] < report["max_score"]
 
 
@@ -127,3 +130,24 @@ def test_a_students_checks_are_noted_beside_the_notebook_and_progress_shows_the_
     run("grade", "2.3", str(notebook))
     assert kept()["2.3"]["checks_run"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [notebook.name, progress_file.name])
+
+
+def test_hint_shows_the_idea_then_where_to_look_then_how_and_progress_counts_the_steps_taken(tmp_path):
+    from conftest import handed_in
+
+    released = ROOT / "exercises" / "02_ddp_basics.ipynb"
+    notebook = tmp_path / released.name
+    nbformat.write(handed_in(released, {"2.3": (SUBMISSIONS / "ex2_3" / "wrong_mean_of_accuracies.py").read_text()}),
+                   notebook)
+    steps = [run("hint", "2.3", str(notebook)) for _ in range(4)]
+    assert all(s.returncode == 0 for s in steps), steps[0].stderr
+    said = [s.stdout for s in steps]
+    check = "accuracy equals the single-process accuracy"
+    assert f'hint 1 of 3 for "{check}", the idea:' in said[0] and "Read lesson 2, section" in said[0], said[0]
+    assert f'hint 2 of 3 for "{check}", where to look:' in said[1], said[1]
+    assert f'hint 3 of 3 for "{check}", how to fix it:' in said[2] and "That was the last step" in said[2], said[2]
+    assert "hint 3 of 3" in said[3]  # no fourth step: the last one again
+    shown = run("progress", str(tmp_path)).stdout
+    assert "2.3  best" in shown and "3 hint(s) taken" in shown, shown
+    unknown = run("hint", "9.9", str(notebook))
+    assert unknown.returncode == 2 and "unknown exercise '9.9'" in unknown.stderr, unknown.stderr

@@ -467,9 +467,11 @@ def test_a_killed_job_that_never_finished_earns_nothing_for_its_final_weights():
 
 def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():
     runs = {c.name: c for c in graded("2.2", "wrong_barrier_on_rank0_only").checks}[RUNS["2.2"]]
-    assert "a collective returns only once every rank has called it" in runs.message, runs.message
+    assert "Hint: A collective returns only once every rank has called it" in runs.message, runs.message
+    assert runs.hints["section"] == "Every rank calls every collective, in the same order" and runs.hints["lesson"] == "1"
+    assert "Your code: barrier at exercise cell line" in runs.hints["where"], runs.hints
     crash = {c.name: c for c in graded("2.1", "wrong_nccl_on_cpu").checks}[RUNS["2.1"]]
-    assert "Hint: read the error above" in crash.message and "because it was gone" not in crash.message, crash.message
+    assert "Hint: A rank ended with an error of its own" in crash.message and "because it was gone" not in crash.message, crash.message
 
 
 def test_ddps_own_gradient_all_reduce_is_never_told_as_the_codes():

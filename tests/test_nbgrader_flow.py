@@ -10,6 +10,7 @@ directory on its command line or works inside it.
 """
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -95,9 +96,12 @@ def handed_in_class(root: Path, source: Path, assignment: str, class_of) -> Path
     return root
 
 
-def graded_class(root: Path, source: Path, assignment: str, class_of) -> Path:
-    """The class handed in (handed_in_class), autograded, given feedback and exported, all inside `root`."""
+def graded_class(root: Path, source: Path, assignment: str, class_of, prepare=None) -> Path:
+    """The class handed in (handed_in_class), then `prepare(root)` if given, autograded, given feedback and
+    exported, all inside `root`."""
     handed_in_class(root, source, assignment, class_of)
+    if prepare is not None:
+        prepare(root)
     nbgrader, _ = nbgrader_in(root)
     nbgrader("autograde", assignment)
     nbgrader("generate_feedback", assignment)
@@ -124,13 +128,28 @@ def course(tmp_path_factory):
             "hanging": handed_in(released, {**correct, "2.3": (SUBMISSIONS / "wrong_reduce_on_rank0_only.py").read_text()}),
             "empty": nbformat.read(released, as_version=4),
             "cheater": with_cell(nbformat.read(released, as_version=4), 2, "check = lambda *args, **kwargs: None"),
+            "hinted": solutions,
         }
-    return graded_class(tmp_path_factory.mktemp("course"), SOURCE, ASSIGNMENT, class_of)
+
+    def hints_at_a_cost(root):  # a student who took two steps of 2.3's hints, each costing half a point
+        (root / "submitted" / "hinted" / ASSIGNMENT / "ddp-course-progress.json").write_text(json.dumps(
+            {"exercises": {"2.3": {"hints_taken": {"accuracy equals the single-process accuracy": 2}}}}))
+        with open(root / "nbgrader_config.py", "a") as f:
+            f.write("\nc.GradeInSandbox.hint_cost = 0.5\n")
+    return graded_class(tmp_path_factory.mktemp("course"), SOURCE, ASSIGNMENT, class_of, hints_at_a_cost)
 
 
 @pytest.fixture(scope="module")
 def scores(course):
-    return check_cell_scores(course, NOTEBOOK, ASSIGNMENT, ("correct", "wrong", "hanging", "empty", "cheater"))
+    return check_cell_scores(course, NOTEBOOK, ASSIGNMENT, ("correct", "wrong", "hanging", "empty", "cheater", "hinted"))
+
+
+def test_hints_a_student_took_are_shown_and_cost_what_the_instructor_set(scores, course):
+    score, top = scores["hinted"]["2.3"]
+    assert score == top - 1.0, scores["hinted"]  # two steps at half a point
+    assert all(s == t for i, (s, t) in scores["hinted"].items() if i != "2.3")
+    page = (course / "feedback" / "hinted" / ASSIGNMENT / f"{NOTEBOOK}.html").read_text()
+    assert "Hints taken for exercise 2.3: 2 step(s): they cost 1 point(s)" in page
 
 
 def test_check_cells_are_worth_the_exercise_points(scores):
@@ -181,7 +200,7 @@ def test_feedback_and_grades_csv(course):
     assert "Bootstrap v3" not in page and len(page.encode()) < 250_000, len(page.encode())
     with open(course / "grades.csv") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f)}
-    assert set(rows) == {"correct", "wrong", "hanging", "empty", "cheater"}
+    assert set(rows) == {"correct", "wrong", "hanging", "empty", "cheater", "hinted"}
     assert float(rows["correct"]["score"]) == float(rows["correct"]["max_score"])
     assert float(rows["empty"]["score"]) == 0
 

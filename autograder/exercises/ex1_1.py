@@ -15,6 +15,7 @@ import torch
 
 from autograder.checks import Check, every_rank_calls_the_same_collectives, how_a_gradient_differs
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import averaged_gradients, flat, off_the_mean, parameter_blocks
 from ddpcourse import make_model
 from ddpcourse.given.ex1_1 import STEPS, head_of, make_two_heads, shard, start_seed
@@ -174,6 +175,55 @@ def _work(runs):
         return "no rank called a collective: broadcast_parameters and average_gradients do nothing yet"
 
 
+HINTS = {
+    "broadcast": Hint(
+        idea="Data parallelism starts from the same weights everywhere: after broadcast_parameters every rank "
+             "holds rank 0's initial weights, in its model's own parameters.",
+        section="3. Data parallelism by hand",
+        where="Look at `broadcast_parameters`: which tensor each broadcast fills, which rank it names as the "
+              "source, and whether every parameter and every rank takes part.",
+        how="Broadcast every parameter (or one flat tensor of all of them) with rank 0 as the source on every "
+            "rank, and make sure the values land in the model's parameters themselves: what is broadcast into a "
+            "copy must be copied back.",
+        lines_of=("collective",)),
+    "averaged": Hint(
+        idea="After average_gradients every rank's `.grad` holds the mean of all ranks' local gradients: summed "
+             "over the ranks, divided by the world size, in the gradient itself.",
+        section="3. Data parallelism by hand",
+        where="Look at `average_gradients`: the collective you call on each gradient (or on one bucket of them), "
+              "what you divide by, and whether the result ends up in every parameter's `.grad` on every rank.",
+        how="Use a collective that leaves the sum on every rank, not on one only, divide by the number of ranks "
+            "exactly once, and work on the gradients in place (or copy a bucket's result back into them).",
+        lines_of=("collective",)),
+    "frozen": Hint(
+        idea="A frozen parameter, one that does not require grad, has no gradient on any rank: average_gradients "
+             "must leave it alone instead of failing on it.",
+        section="3. Data parallelism by hand",
+        where="Look at the loop of `average_gradients` over the parameters: what it does with a parameter that "
+              "does not require grad, whose `.grad` is None on every rank.",
+        how="Decide for each parameter from whether it requires grad, which is the same on every rank: leave the "
+            "frozen ones out, so that every rank skips the same ones and its calls stay paired with the others'."),
+    "unused": Hint(
+        idea="A parameter that got no gradient on some ranks (their forward did not use it) counts as zero "
+             "there, and every rank ends up with the mean over all ranks in its `.grad`, as DDP does.",
+        section="Every rank calls every collective, in the same order",
+        where="Look at what `average_gradients` does with a parameter that requires grad but whose `.grad` is "
+              "None on this rank only, and whether every rank then makes the same calls, in the same order.",
+        how="Let such a parameter take part with zeros on the ranks that have no gradient for it, so that every "
+            "rank makes the same collective calls on the same parameters in the same order, and divide by the "
+            "number of all ranks, not by the number that had a gradient."),
+    "same_collectives": Hint(
+        idea="A collective completes only when every rank calls it, and calls are paired by their order: a "
+             "collective that only some ranks reach hangs the others or pairs the wrong tensors.",
+        section="Every rank calls every collective, in the same order",
+        where="Look for a collective in `broadcast_parameters` or `average_gradients` under a condition that "
+              "differs between ranks, such as a test of the rank or of whether this rank has a gradient.",
+        how="Make every collective call on every rank, in an order that does not depend on the rank; where only "
+            "one rank needs the result, still call it everywhere and use the result where it is needed.",
+        lines_of=("collective",)),
+}
+
+
 EXERCISE = Exercise(
     id="1.1",
     title="data parallelism by hand",
@@ -183,18 +233,14 @@ EXERCISE = Exercise(
     work=_work,
     checks=[
         Check("after broadcast_parameters every rank holds rank 0's weights", 3, _same_weights_as_rank_0,
-              needs="partial",
-              hint="dist.broadcast(p.data, src=0) for every parameter: the same source on every rank"),
+              needs="partial", hint=HINTS["broadcast"]),
         Check("after average_gradients every gradient is the mean over the ranks (in place)", 4,
-              _gradients_averaged,
-              hint="dist.all_reduce(p.grad) sums in place; then divide by dist.get_world_size()"),
+              _gradients_averaged, hint=HINTS["averaged"]),
         Check("a frozen parameter (no gradient) is left alone, without an error", 2, _frozen_parameter,
-              hint="a frozen parameter (requires_grad=False) has no gradient on any rank: leave it out"),
+              hint=HINTS["frozen"]),
         Check("a parameter unused on some ranks gets the mean over all ranks, zero where it had no gradient", 2,
-              _unused_on_some_ranks,
-              hint="every rank must call the same collectives, whatever gradients it has"),
+              _unused_on_some_ranks, hint=HINTS["unused"]),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
-              every_rank_calls_the_same_collectives, needs="partial",
-              hint="a collective blocks until every rank calls it: call it on all ranks"),
+              every_rank_calls_the_same_collectives, needs="partial", hint=HINTS["same_collectives"]),
     ],
 )

@@ -11,6 +11,7 @@ import torch
 
 from autograder.checks import Check
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from ddpcourse.given.ex1_2 import lengths, tensor_for
 
 
@@ -121,6 +122,41 @@ def _work(runs):
         return "no rank sent a message with send or isend: the ring is built from them"
 
 
+HINTS = {
+    "sum": Hint(
+        idea="ring_all_reduce leaves the exact sum over the ranks in the very tensor it was given, for every "
+             "length: also one the world size does not divide, and one shorter than the world size.",
+        section="The ring's schedule",
+        where="Look at how `ring_all_reduce` cuts the tensor into chunks (what becomes of the remainder when the "
+              "world size does not divide the length), which chunk each step sends and receives, and whether "
+              "what you receive is written into the tensor's own chunks or into a copy.",
+        how="Cut the tensor into W chunks whose sizes differ by at most one, computed the same way on every rank "
+            "so that a sender and its receiver agree on each size, and make sure the sums end up in the tensor "
+            "itself (chunks that are views of it do that); then check each step's chunk indices against the "
+            "lesson's schedule."),
+    "no_builtin": Hint(
+        idea="The exercise builds the all-reduce itself from point-to-point messages: a built-in collective "
+             "would do the work for you, so none may be called.",
+        section="4. How an all-reduce works",
+        where="Look for a call of a `torch.distributed` collective (all_reduce, broadcast, all_gather...) inside "
+              "`ring_all_reduce` or a helper it calls.",
+        how="Replace it by messages between neighbours: in each step every rank sends one chunk to the next "
+            "rank of the ring and receives one from the previous rank, with send and recv or their "
+            "non-blocking versions.",
+        lines_of=("collective",)),
+    "ring": Hint(
+        idea="A ring sends 2(W-1) messages per rank, each one chunk of about 1/W of the tensor, always to the "
+             "same neighbour: that keeps each rank's traffic under twice the tensor however many ranks there are.",
+        section="4. How an all-reduce works",
+        where="Look at the loops of `ring_all_reduce`: how many steps each one runs, what each step sends (one "
+              "chunk or a whole tensor), and to which rank.",
+        how="Run W-1 steps of reduce-scatter and then W-1 steps of all-gather, each sending exactly one chunk to "
+            "the next rank of the ring and receiving one from the previous rank; whole tensors, or everything "
+            "gathered on rank 0, give the right sum with the wrong traffic.",
+        lines_of=("enter",)),
+}
+
+
 EXERCISE = Exercise(
     id="1.2",
     title="ring all-reduce from send and recv",
@@ -131,13 +167,10 @@ EXERCISE = Exercise(
     world_sizes=(1, 2, 3, 4),
     checks=[
         Check("every rank holds the sum over the ranks, in place, for every length", 5, _sum_on_every_rank,
-              hint="chunk boundaries from torch.tensor_split(tensor, world_size) (or the same arithmetic) "
-                   "work for any length, also when the world size does not divide it"),
+              hint=HINTS["sum"]),
         Check("only point-to-point messages: no built-in collective", 2, _no_builtin_collective, needs="partial",
-              hint="the exercise builds all-reduce itself: dist.send / dist.recv, or isend / irecv"),
+              hint=HINTS["no_builtin"]),
         Check("ring traffic: 2(W-1) messages per rank, each about 1/W of the tensor", 3, _ring_traffic,
-              hint="W-1 steps of reduce-scatter, then W-1 of all-gather, each step one chunk to "
-                   "(rank + 1) % W and one from (rank - 1) % W; gathering everything on rank 0 sends "
-                   "(W-1) whole tensors through one rank"),
+              hint=HINTS["ring"]),
     ],
 )

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from autograder.checks import Check, scale_of
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from ddpcourse.given.ex1_3 import MICRO_BATCHES, OTHER_DEPTHS, ROWS, WIDTHS, batch, bounds, make_layers
 
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -226,6 +227,50 @@ def _work(runs):
         return "no rank sent or received a message: the stages pass activations and gradients with send and recv"
 
 
+HINTS = {
+    "stages": Hint(
+        idea="A pipeline stage is a run of consecutive layers: rank 0 takes the first ones, every layer belongs "
+             "to exactly one rank, and the stages' sizes differ by at most one layer.",
+        section="5. Pipeline parallelism",
+        where="Look at `stage_of`: how it computes the first and the last layer of this rank's share, above all "
+              "when the world size does not divide the number of layers.",
+        how="Compute the boundaries of W nearly equal runs of layer indices, handing the leftover layers out one "
+            "per rank, with the same arithmetic on every rank, and return the slice of the model between this "
+            "rank's boundaries."),
+    "loss": Hint(
+        idea="The last rank returns the mean squared error of the whole batch: the number `one_process_step` "
+             "returns.",
+        section="5. Pipeline parallelism",
+        where="Look at the end of `pipeline_step` on the last rank: how it adds up the micro-batches' losses, and "
+              "whether it divides by the number of micro-batches once, twice or not at all.",
+        how="Return the loss of the whole batch: each micro-batch's mean loss divided by the number of "
+            "micro-batches once, added up (or each weighted by its share of the rows), as a float or a "
+            "one-element tensor."),
+    "gradients": Hint(
+        idea="Every stage ends the step with the gradients the unsplit model gets on the whole batch. Autograd "
+             "stops at the edge of a process, so each stage starts its backward pass from the gradient it "
+             "receives and sends back the gradient of its input.",
+        section="5. Pipeline parallelism",
+        where="Look at `pipeline_step`: whether the activations a stage receives require grad, how a stage "
+              "before the last starts its backward pass, and how the last stage scales each micro-batch's loss.",
+        how="Mark each received activation as requiring grad so that backward computes its gradient; start a "
+            "stage's backward from its output with the gradient received from the next rank, and send its "
+            "input's gradient to the previous rank; divide each micro-batch's loss by the number of "
+            "micro-batches exactly once."),
+    "schedule": Hint(
+        idea="GPipe's schedule: each micro-batch's activations go forward and their gradients come back, one "
+             "message each, between neighbouring stages only, and all forward passes run before the first "
+             "backward pass.",
+        section="5. Pipeline parallelism",
+        where="Look at the loops of `pipeline_step`: to or from which rank each send and receive goes, how many "
+              "there are per micro-batch, and whether a backward pass starts inside the loop of forward passes.",
+        how="Run the forward passes of all micro-batches first, each sending its output to the next rank only, "
+            "then their backward passes, each sending its input's gradient to the previous rank only: one "
+            "message per micro-batch and direction, of that micro-batch's rows, and nothing else.",
+        lines_of=("enter",)),
+}
+
+
 EXERCISE = Exercise(
     id="1.3",
     title="a GPipe pipeline",
@@ -238,19 +283,12 @@ EXERCISE = Exercise(
     warm_imports=("torch.fx.experimental.symbolic_shapes",),
     checks=[
         Check("stage_of: consecutive layers per rank, each layer on exactly one rank, as even as possible", 2,
-              _stages_split_the_model, needs="partial",
-              hint="torch.tensor_split(range(len(model)), world_size)[rank] gives rank's share of layer "
-                   "indices; model[first:last + 1] is an nn.Sequential of them"),
+              _stages_split_the_model, needs="partial", hint=HINTS["stages"]),
         Check("the last rank returns the loss of the whole batch, equal to the unsplit model's", 2,
-              _loss_of_the_whole_batch,
-              hint="add up each micro-batch's loss divided by the number of micro-batches"),
+              _loss_of_the_whole_batch, hint=HINTS["loss"]),
         Check("every stage's gradients equal the unsplit model's on the whole batch", 4,
-              _gradients_of_every_stage, needs="partial",
-              hint="a received activation needs requires_grad_(); a stage before the last calls "
-                   "output.backward(gradient received from the next rank) and sends input.grad back"),
+              _gradients_of_every_stage, needs="partial", hint=HINTS["gradients"]),
         Check("messages follow GPipe: each micro-batch's activations forward and gradients back, between "
-              "neighbours, all forwards before the backwards", 3, _gpipe_schedule,
-              hint="per micro-batch, one message of its activations to rank + 1 and one of their gradient "
-                   "from rank + 1 (and the mirror image with rank - 1); nothing else"),
+              "neighbours, all forwards before the backwards", 3, _gpipe_schedule, hint=HINTS["schedule"]),
     ],
 )

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from autograder.checks import Check, first_records, scale_of
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from ddpcourse.given.ex1_4 import D, HIDDEN, ROWS, columns, inputs, weights
 
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -206,6 +207,51 @@ def _work(runs):
         return "no rank communicated in tensor_parallel_mlp: the ranks' partial results are summed with all-reduces"
 
 
+HINTS = {
+    "shards": Hint(
+        idea="The Megatron split: A is cut by columns and B by the matching rows, so each hidden unit lives on "
+             "one rank only, as its column of A and its row of B, and every rank holds 1/W of each weight.",
+        section="6. Tensor parallelism",
+        where="Look at `shard_weights`: which dimension of each weight you cut, how this rank's piece is chosen "
+              "from its rank, and whether the rows of B it keeps are the ones that match its columns of A.",
+        how="Cut A along its second dimension and B along its first into W equal pieces, and give each rank the "
+            "same hidden units in both, in the same order, so that every hidden unit is on exactly one rank."),
+    "output": Hint(
+        idea="Each rank computes only a partial result from its own columns and rows; the output Y is the sum of "
+             "those partial results over the ranks, the same on every rank.",
+        section="6. Tensor parallelism",
+        where="Look at `tensor_parallel_mlp` and at the forward passes of your two autograd functions: which "
+              "tensor is summed over the ranks going forward, and how many times.",
+        how="Sum over the ranks once, after the row-parallel multiplication (g's forward), without changing a "
+            "tensor autograd saved for the backward pass; the input goes forward untouched (f's forward is the "
+            "identity).",
+        lines_of=("collective",)),
+    "gradients": Hint(
+        idea="The backward pass needs its own all-reduce: every rank holds the whole gradient of the output, but "
+             "the input's gradient is a sum of one term per rank, and a plain all-reduce is invisible to "
+             "autograd.",
+        section="6. Tensor parallelism",
+        where="Look at the backward methods of your two autograd functions, and at whether `tensor_parallel_mlp` "
+              "puts both of them in autograd's graph (no detach, no `no_grad`): f on the input before the first "
+              "multiplication, g on the partial result after the second.",
+        how="Make f's backward sum the incoming gradient over the ranks and g's backward pass it on unchanged, "
+            "and apply f and g through autograd so that backward calls them; a gradient summed in both places "
+            "comes out W times too large.",
+        lines_of=("collective",)),
+    "communication": Hint(
+        idea="Tensor parallelism communicates exactly twice per step: one all-reduce of the output going forward "
+             "and one of the input's gradient going backward; everything else each rank computes from its own "
+             "shards.",
+        section="6. Tensor parallelism",
+        where="Look at every communication call that `tensor_parallel_mlp` reaches, those in your autograd "
+              "functions included: its kind, the tensor it sends, and in which pass it runs.",
+        how="Keep one all-reduce of the output-shaped partial result in g's forward and one of the input's "
+            "gradient in f's backward, and remove any other gather, broadcast or message, and any second "
+            "all-reduce in the same pass.",
+        lines_of=("enter",)),
+}
+
+
 EXERCISE = Exercise(
     id="1.4",
     title="a tensor-parallel MLP",
@@ -215,16 +261,11 @@ EXERCISE = Exercise(
     work=_work,
     checks=[
         Check("shard_weights: A split by columns, B by the matching rows, 1/W of each on every rank", 2, _shards,
-              needs="partial",
-              hint="rank r keeps A[:, cols] and B[cols, :], the same cols, with "
-                   "cols = slice(r * H // W, (r + 1) * H // W) for H hidden units"),
-        Check("the output equals the unsplit MLP's on every rank", 3, _output,
-              hint="sum the ranks' partial results GeLU(x a) b in g's forward: a copy all-reduced"),
+              needs="partial", hint=HINTS["shards"]),
+        Check("the output equals the unsplit MLP's on every rank", 3, _output, hint=HINTS["output"]),
         Check("the gradients of the input and of each rank's shards equal the unsplit MLP's", 4, _gradients,
-              hint="an autograd.Function f (forward: identity; backward: all-reduce) before the column-parallel "
-                   "layer, and g (forward: all-reduce; backward: identity) after the row-parallel one"),
+              hint=HINTS["gradients"]),
         Check("communication: one all-reduce of the output forward, one of the input's gradient backward, "
-              "nothing more", 2, _communication,
-              hint="everything else each rank computes from its own shards"),
+              "nothing more", 2, _communication, hint=HINTS["communication"]),
     ],
 )

@@ -25,6 +25,7 @@ import torch
 
 from autograder.checks import Check, Skip
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from ddpcourse.given.ex1_5 import MEASURED, OWN, QUANTITIES, SCHEMES, cases
 
 FLOAT = 4  # bytes of a float32
@@ -251,6 +252,64 @@ def _sent_explained(q, got, want, scheme, blocks, d, h, w, rows) -> str:
     return ""
 
 
+HINTS = {
+    "memory": Hint(
+        idea="What a rank holds depends on the scheme: the whole model under data parallelism, its own stage's "
+             "blocks in a pipeline, a 1/W share of the split tensors under tensor parallelism; the number asked "
+             "for is the busiest rank's.",
+        section="7. Choosing",
+        where="Look at the parameters and gradients of `per_rank_costs` for each scheme: the shapes of one "
+              "block's two weights and two biases, how many blocks the busiest rank holds, and which tensors a "
+              "tensor-parallel rank splits.",
+        how="Add up the values of every tensor the busiest rank holds and multiply by the bytes of a float32; a "
+            "pipeline's busiest stage has the most blocks when W does not divide them, a tensor-parallel rank "
+            "keeps the second bias whole, and the gradients take as much as the parameters."),
+    "optimizer": Hint(
+        idea="Adam keeps two running averages, its moments, for every parameter a rank updates, each as large "
+             "as the parameter.",
+        section="1. Why split training at all",
+        where="Look at the optimizer's number in `per_rank_costs`: it follows from your own count of the "
+              "parameters the rank holds.",
+        how="Count Adam's moments per parameter the rank updates, in float32 like the parameters, and leave its "
+            "step counters out."),
+    "data_sent": Hint(
+        idea="Data parallelism sums the gradients with a ring all-reduce: each rank sends 2(W-1) chunks, each "
+             "about 1/W of all the gradients.",
+        section="4. How an all-reduce works",
+        where="Look at the bytes sent in `per_rank_costs` for the data scheme: the size of all the gradients as "
+              "one tensor, and the share of it that a ring rank sends.",
+        how="Take the bytes of every gradient of the whole model and multiply by the number of chunks a rank "
+            "sends in the ring's two phases and by the share of the tensor in one chunk; a single rank sends "
+            "nothing."),
+    "pipeline_sent": Hint(
+        idea="A pipeline stage sends its output activations to the next stage and the gradient of its input to "
+             "the previous one, for every row of the batch.",
+        section="5. Pipeline parallelism",
+        where="Look at the bytes sent in `per_rank_costs` for the pipeline: the shape of what crosses a stage "
+              "boundary, and which ranks send in which direction.",
+        how="For each rank count one tensor of every row at the blocks' width going forward unless it is the "
+            "last stage, and one going back unless it is the first, in float32 bytes; then take the largest "
+            "over the ranks."),
+    "tensor_sent": Hint(
+        idea="Under tensor parallelism every block all-reduces twice per step, its output going forward and its "
+             "input's gradient going backward, each a ring all-reduce of a tensor shaped like the block's output.",
+        section="6. Tensor parallelism",
+        where="Look at the bytes sent in `per_rank_costs` for the tensor scheme: the size of one all-reduced "
+              "tensor, how many all-reduces each block makes, and what a ring rank sends of one.",
+        how="Multiply what a ring rank sends for one all-reduce of a tensor of every row at width d (counted as "
+            "for data parallelism) by the number of all-reduces per block and by the number of blocks."),
+    "own_code": Hint(
+        idea="Your predictions beside what your own code of 1.1-1.4 held and sent in one step on 3 ranks; worth "
+             "no points, each line says whether your prediction or your code is what differs.",
+        section="7. Choosing",
+        where="Depending on the line: your `per_rank_costs` for that scheme and quantity, or your cell of the "
+              "exercise the line names.",
+        how="Where the line says you predicted the count, your code is off: fix it in its own exercise, whose "
+            "checks say how. Otherwise fix the prediction, guided by the checks above; a cell that failed or "
+            "did not finish must first pass its own exercise."),
+}
+
+
 EXERCISE = Exercise(
     id="1.5",
     title="predict the costs per rank",
@@ -263,25 +322,18 @@ EXERCISE = Exercise(
     warm_imports=("torch.fx.experimental.symbolic_shapes",),
     checks=[
         Check("parameters and gradients on the busiest rank, for data, pipeline and tensor parallelism", 3,
-              _judge(("parameters", "gradients"), SCHEMES, _memory_explained),
-              hint="count the shapes each rank holds: all blocks (data), its stage's blocks (pipeline), "
-                   "1/W of each weight plus the whole row-parallel bias (tensor); 4 bytes a float"),
+              _judge(("parameters", "gradients"), SCHEMES, _memory_explained), hint=HINTS["memory"]),
         Check("Adam's state on the busiest rank, for every scheme", 2,
-              _judge(("optimizer",), SCHEMES, _memory_explained),
-              hint="two float32 moments for every parameter the rank updates"),
+              _judge(("optimizer",), SCHEMES, _memory_explained), hint=HINTS["optimizer"]),
         Check("bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)", 2,
-              _judge(("sent",), ("data",), _sent_explained),
-              hint="2(W-1) messages, each one chunk of about 1/W of all the gradients"),
+              _judge(("sent",), ("data",), _sent_explained), hint=HINTS["data_sent"]),
         Check("bytes sent per step by the busiest rank: pipeline parallelism", 2,
-              _judge(("sent",), ("pipeline",), _sent_explained),
-              hint="a stage sends its output activations forward and its input's gradient back, for every row"),
+              _judge(("sent",), ("pipeline",), _sent_explained), hint=HINTS["pipeline_sent"]),
         Check("bytes sent per step by the busiest rank: tensor parallelism", 2,
-              _judge(("sent",), ("tensor",), _sent_explained),
-              hint="two ring all-reduces of a rows x d tensor per block: one forward, one backward"),
+              _judge(("sent",), ("tensor",), _sent_explained), hint=HINTS["tensor_sent"]),
         # Worth nothing: a mistake in 1.1-1.4 is charged there. It shows the prediction beside the
         # student's own run, the lesson's "predict, then measure".
         Check("your predictions against your own 1.1-1.4 code, run on 3 ranks", 0, _own_code, needs="partial",
-              hint="where your code is what differs, the check of its own exercise says how; where your "
-                   "prediction is, the checks above do"),
+              hint=HINTS["own_code"]),
     ],
 )

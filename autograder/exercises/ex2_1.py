@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autograder.checks import Check, each_rank, shares_disjoint_and_covering
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.launch import Layout
 from ddpcourse.given.ex2_1 import BATCH, EPOCHS, N
 
@@ -133,27 +134,87 @@ EXERCISE = Exercise(
     layout=layout,
     work=_work,
     checks=[
-        Check("process group initialized when setup() returns", 1, _initialized,
-              hint="call dist.init_process_group(backend) inside setup()"),
-        Check("backend: gloo on CPUs, nccl on GPUs", 1, _backend, needs="partial",
-              hint="the course's device rule: nccl when this machine has a GPU for each of its processes, else gloo"),
-        Check("rank, local rank and world size come from the launcher's environment", 1, _environment,
-              hint="RANK, LOCAL_RANK and WORLD_SIZE: LOCAL_RANK is the index on this machine"),
+        Check("process group initialized when setup() returns", 1, _initialized, hint=Hint(
+            idea="`setup` must leave this process a member of the job's process group: the sampler, DDP and every "
+                 "collective use the default group, which exists only once the process has joined it.",
+            section="3. `init_process_group` comes first",
+            where="The body of your `setup`: whether every path through it joins the group before it returns.",
+            how="Have `setup` join the default process group, with the backend it chose, before it returns; torchrun's "
+                "environment already tells the process who and where the others are.",
+            lines_of=("init_process_group",))),
+        Check("backend: gloo on CPUs, nccl on GPUs", 1, _backend, needs="partial", hint=Hint(
+            idea="The backend must fit where the tensors live: nccl moves GPU tensors, gloo CPU tensors, and the "
+                 "course's rule takes nccl only when the machine has a GPU for each of its processes.",
+            section="4. One device per process",
+            where="The backend your `setup` asks init_process_group for, and the test that chooses it.",
+            how="Choose the backend by the course's device rule: nccl only when this machine has at least as many GPUs "
+                "as processes on it (LOCAL_WORLD_SIZE), gloo otherwise; `pick` from section 4 applies that rule.",
+            lines_of=("enter:init_process_group",))),
+        Check("rank, local rank and world size come from the launcher's environment", 1, _environment, hint=Hint(
+            idea="torchrun gives each process its place in the job: RANK is its id in the whole job, LOCAL_RANK its "
+                 "id on this machine, WORLD_SIZE the number of processes. The check runs two simulated machines, so "
+                 "the rank and the local rank differ.",
+            section="2. Rank, local rank and world size",
+            where="The first three values your `setup` returns: where each one is read from, and their order.",
+            how="Take each number from the variable (or the process group's query) that means it, the global id for "
+                "the rank and the id on this machine for the local rank, as ints, and return them in the order "
+                "rank, local rank, world size.")),
         Check("rendezvous through the launcher's environment (no hard-coded address or port)", 1, _rendezvous,
-              needs="partial", hint="call init_process_group(backend) without init_method"),
-        Check("device: cpu on CPUs, cuda:LOCAL_RANK on GPUs", 1, _device,
-              hint="on GPUs the device of this process's local rank, on CPUs the CPU"),
+              needs="partial", hint=Hint(
+                  idea="Under torchrun the processes meet where the launcher says, through MASTER_ADDR and "
+                       "MASTER_PORT; an address or port of your own can collide with other jobs.",
+                  section="3. `init_process_group` comes first",
+                  where="The arguments of the init_process_group call in your `setup`.",
+                  how="Give init_process_group the backend and no init_method, address or port of your own (naming "
+                      "the environment as the rendezvous method is fine too), so that it reads what the launcher set.",
+                  lines_of=("enter:init_process_group",))),
+        Check("device: cpu on CPUs, cuda:LOCAL_RANK on GPUs", 1, _device, hint=Hint(
+            idea="Each process works on one device: the GPU numbered by its local rank when the machine has one for "
+                 "each process, else the CPU. `setup` returns it last.",
+            section="4. One device per process",
+            where="The device your `setup` builds and returns last, and the condition that picks a GPU or the CPU.",
+            how="Build the device from the same decision as the backend: the CPU with gloo, and with nccl the GPU of "
+                "this process's local rank, never its global rank.")),
         Check("each process bound to its own GPU: torch.cuda.set_device(local_rank)", 1, _bound_to_local_rank,
-              gpu_only=True, hint="call torch.cuda.set_device(local_rank) before creating tensors on the GPU"),
-        Check("each epoch the ranks' samples are disjoint and cover the dataset", 2, _disjoint_and_covering,
-              hint="the loader's sampler must know this rank and the world size; DistributedSampler takes them "
-                   "from the process group"),
-        Check("the order changes every epoch once set_epoch is called", 1, _order_changes,
-              hint="the sampler shuffles, seeded by the epoch that set_epoch gives it (DistributedSampler's "
-                   "shuffle=True, its default)"),
-        Check("no shuffle=True beside the sampler", 1, _no_shuffle_beside_sampler, needs="partial",
-              hint="the sampler shuffles; leave DataLoader's shuffle at its default (False)"),
-        Check("batches of batch_size samples on every rank", 1, _batch_size,
-              hint="batch_size is per process: pass it to the DataLoader unchanged"),
+              gpu_only=True, hint=Hint(
+                  idea="Every process starts with GPU 0 as its current device: unless it claims its own GPU, its "
+                       "tensors and its CUDA context land on GPU 0 while the other GPUs idle.",
+                  section="4. One device per process",
+                  where="Your `setup` on GPUs: whether it makes the local rank's GPU the current device, and when.",
+                  how="Make the GPU of this process's local rank its current CUDA device, once, in `setup`, before "
+                      "anything touches a GPU (the lesson does it before joining the group).",
+                  lines_of=("init_process_group",))),
+        Check("each epoch the ranks' samples are disjoint and cover the dataset", 2, _disjoint_and_covering, hint=Hint(
+            idea="In every epoch each sample must be read by exactly one process; a loader that knows nothing of the "
+                 "other ranks gives every process the whole dataset.",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="The sampler your `build_loader` gives the DataLoader: whether it knows this process's rank and how "
+                  "many processes there are.",
+            how="Give the loader a sampler that deals each epoch's indices out among the processes by rank and world "
+                "size, each index to one process only; DistributedSampler does this, taking both from the process "
+                "group.")),
+        Check("the order changes every epoch once set_epoch is called", 1, _order_changes, hint=Hint(
+            idea="The order must change every epoch: the training loop tells the sampler the epoch through set_epoch, "
+                 "and the sampler's shuffle must depend on it.",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="How your loader's sampler orders the indices: whether it shuffles at all, and whether the epoch "
+                  "given to set_epoch reaches the seed of its shuffle.",
+            how="Use a sampler that shuffles, seeded by the epoch it was told (the same seed on every rank, so the "
+                "shares stay disjoint): DistributedSampler does this unless its shuffling is turned off; a sampler "
+                "of your own needs a set_epoch that changes its order.")),
+        Check("no shuffle=True beside the sampler", 1, _no_shuffle_beside_sampler, needs="partial", hint=Hint(
+            idea="A loader with a sampler takes its order from the sampler; PyTorch refuses a request to shuffle on "
+                 "top of one.",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="The arguments of the DataLoader your `build_loader` creates.",
+            how="Leave the shuffling to the sampler and don't ask the DataLoader to shuffle as well: its default "
+                "does not.")),
+        Check("batches of batch_size samples on every rank", 1, _batch_size, hint=Hint(
+            idea="batch_size is per process: each rank's batches hold batch_size samples, and the global batch is "
+                 "that times the world size.",
+            section="Averaged, not summed: the global batch and the learning rate",
+            where="The batch size your `build_loader` gives the DataLoader.",
+            how="Pass the batch_size argument to the loader as it is, neither divided nor multiplied by the world "
+                "size.")),
     ],
 )

@@ -20,6 +20,7 @@ from autograder.checks import (
     writers_saves,
 )
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.launch import Layout
 from autograder.reference import ddp_training, flat, nearest_samples, training_on_shares
 from ddpcourse import TinyNet, make_model, toy_dataset
@@ -251,34 +252,112 @@ EXERCISE = Exercise(
     work=_work,
     checks=[
         runs_to_the_end("the script runs to the end on every rank", 2),
-        Check("process group of the right backend and size", 1, _backend,
-              hint="init_process_group(backend) with the launcher's environment; gloo on CPUs, nccl on GPUs"),
-        Check("model wrapped in DistributedDataParallel", 2, _wrapped_in_ddp, hint="model = DDP(model, ...)"),
-        Check("DDP on GPUs: device_ids=[local_rank]", 1, _ddp_device_ids, gpu_only=True,
-              hint="DDP(model, device_ids=[local_rank])"),
-        Check("each epoch the ranks' samples are disjoint and cover the dataset", 3, _samples,
-              hint="DataLoader(dataset, batch_size=BATCH_SIZE, sampler=DistributedSampler(dataset))"),
-        Check(ORDER, 2,
-              _order_changes_every_epoch, hint="a shuffling DistributedSampler, and sampler.set_epoch(epoch) "
-              "first thing in each epoch"),
-        Check("each process's batch is BATCH_SIZE samples", 1, _batch_per_rank,
-              hint="DataLoader(dataset, batch_size=BATCH_SIZE, sampler=...): the batch size is per process"),
+        Check("process group of the right backend and size", 1, _backend, hint=Hint(
+            idea="Every process must join one group of all the job's processes, with the backend that fits the "
+                 "machine: gloo on CPUs, nccl with a GPU for each process.",
+            section="3. `init_process_group` comes first",
+            where="The start of your script: the init_process_group call and the backend it is given.",
+            how="Join the group once in every process, before anything else distributed, with the backend of the "
+                "course's device rule (or no backend at all, which lets PyTorch choose); torchrun's environment gives "
+                "the rank, the world size and the address, so pass none of those yourself.",
+            lines_of=("init_process_group",))),
+        Check("model wrapped in DistributedDataParallel", 2, _wrapped_in_ddp, hint=Hint(
+            idea="DDP is what makes the processes train as one: it broadcasts rank 0's weights when it wraps the "
+                 "model and averages the gradients in every backward pass.",
+            section="5. Wrapping the model in DDP",
+            where="Where your script builds the model, before the optimizer and the training loop.",
+            how="Once the model is on its device, wrap it in DistributedDataParallel and train through the wrapper: "
+                "the forward pass, and so the backward, must go through it, not through the plain model.")),
+        Check("DDP on GPUs: device_ids=[local_rank]", 1, _ddp_device_ids, gpu_only=True, hint=Hint(
+            idea="On GPUs, DDP must be told the one GPU this process owns: the GPU of its local rank.",
+            section="5. Wrapping the model in DDP",
+            where="The device ids your script gives DistributedDataParallel when it runs on GPUs.",
+            how="Give DDP the GPU of this process's local rank as its only device id on GPUs, and no device ids on "
+                "CPUs; the global rank names no GPU of a second machine.")),
+        Check("each epoch the ranks' samples are disjoint and cover the dataset", 3, _samples, hint=Hint(
+            idea="In every epoch the ranks must split the dataset, each sample on exactly one rank; a plain loader "
+                 "gives every rank the whole dataset, so the job trains on the same samples several times a step.",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="The DataLoader of your script, and the sampler it is given.",
+            how="Give the loader a DistributedSampler over the dataset, which takes this rank and the world size from "
+                "the process group, and let the sampler do the shuffling in place of the loader.")),
+        Check(ORDER, 2, _order_changes_every_epoch, hint=Hint(
+            idea="The sampler shuffles with its seed plus the epoch it was last told: unless it is told each new "
+                 "epoch, every epoch repeats the first one's split and order.",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="The top of your epoch loop, and how your DistributedSampler is built.",
+            how="Keep the sampler's shuffling on, and on every rank tell the sampler the current epoch with set_epoch "
+                "at the start of each epoch, before the loader is read.",
+            lines_of=("set_epoch",))),
+        Check("each process's batch is BATCH_SIZE samples", 1, _batch_per_rank, hint=Hint(
+            idea="BATCH_SIZE is what each process takes per step; the global batch is BATCH_SIZE times the world "
+                 "size.",
+            section="Averaged, not summed: the global batch and the learning rate",
+            where="The batch size your script gives its DataLoader.",
+            how="Give the loader BATCH_SIZE unchanged, neither divided nor multiplied by the world size.")),
         Check("parameters identical on all ranks after every optimizer step", 2, params_identical_across_ranks,
-              hint="let DDP average the gradients: backward() on the DDP model's output"),
+              hint=Hint(
+                  idea="The replicas stay identical only if they start equal and every step applies the same "
+                       "averaged gradient; a step on a gradient that DDP did not average lets them drift apart.",
+                  section="5. Wrapping the model in DDP",
+                  where="Your training step: which model the forward and backward passes go through, and whether "
+                        "every rank takes the same number of steps.",
+                  how="Run the forward pass through the DDP wrapper so that its backward averages the gradients before "
+                      "every optimizer step, and let every rank step once per batch of its equal share.")),
         Check("equal to the single-process reference trained on the same global batches", 3,
               # Judged on the batches the ranks drew from their samplers, or else on those their models were
               # given: a mistake in what was drawn is the samples check's; training on it wrong is this one's.
-              lambda runs: matches_reference(runs, drawn_reference, "the reference"),
-              hint="SGD(lr=LR) on cross_entropy, one step per batch, model from make_model(seed=0)"),
-        Check("exactly one checkpoint writer: global rank 0", 2, _one_writer,
-              hint="if dist.get_rank() == 0: torch.save(...)"),
+              lambda runs: matches_reference(runs, drawn_reference, "the reference"), hint=Hint(
+                  idea="With averaged gradients, N processes of BATCH_SIZE samples train exactly as one process "
+                       "would on global batches of N times BATCH_SIZE, at the same learning rate.",
+                  section="Averaged, not summed: the global batch and the learning rate",
+                  where="Your training step: the model it starts from, the loss, the optimizer and its learning "
+                        "rate, and anything done to the gradients between backward and the step.",
+                  how="Keep the single-process training as given (the same model seed, loss, optimizer and learning "
+                      "rate, one step per batch) and let DDP alone average the gradients: no all-reduce of your "
+                      "own on top, and no loss or learning rate scaled by the world size.")),
+        Check("exactly one checkpoint writer: global rank 0", 2, _one_writer, hint=Hint(
+            idea="The replicas are identical, so one process of the whole job writes the checkpoint: global rank 0. "
+                 "Local rank 0 exists on every machine.",
+            section="7. Saving a checkpoint: once, from rank 0, without `module.`",
+            where="The condition around your torch.save.",
+            how="Save only in the process whose global rank is 0, as the process group or RANK says; not in local "
+                "rank 0, which every machine has, and not in every process.",
+            lines_of=("save",))),
         Check("checkpoint keys have no 'module.' prefix and load strictly into the plain model", 2, _loads_strictly,
-              hint="save model.module.state_dict(), the wrapped model's own weights"),
-        Check("the checkpoint holds the trained weights", 1, _checkpoint_is_trained,
-              hint="save after the last epoch"),
-        Check("process group destroyed at the end", 1, _destroyed, hint="dist.destroy_process_group() at the end"),
+              hint=Hint(
+                  idea="The checkpoint must be the plain model's state dict: the DDP wrapper's own state dict puts "
+                       "`module.` before every key, which an unwrapped TinyNet does not accept.",
+                  section="7. Saving a checkpoint: once, from rank 0, without `module.`",
+                  where="What your torch.save writes: whose state dict, and what else goes into the file.",
+                  how="Save the state dict of the model inside the wrapper (the one DDP keeps as its module, or the "
+                      "plain model you wrapped), not the wrapper's own, and make that dictionary the whole content "
+                      "of the file.",
+                  lines_of=("save",))),
+        Check("the checkpoint holds the trained weights", 1, _checkpoint_is_trained, hint=Hint(
+            idea="The checkpoint is there to keep the weights that training ended with.",
+            section="7. Saving a checkpoint: once, from rank 0, without `module.`",
+            where="Where your save happens relative to the epoch loop, and which model's weights it writes.",
+            how="Save after the last epoch has finished, from the model that was trained, so that the file holds its "
+                "final weights rather than a copy taken earlier.",
+            lines_of=("save",))),
+        Check("process group destroyed at the end", 1, _destroyed, hint=Hint(
+            idea="Every process leaves the process group when it is done: that releases the backend's threads and "
+                 "connections and lets the process exit cleanly.",
+            section="8. `destroy_process_group()` at the end",
+            where="The end of your script, after training and saving.",
+            how="On every rank, not only rank 0, destroy the process group as the script's last distributed step, "
+                "after the save and any collective.",
+            lines_of=("destroy_process_group",))),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
-              every_rank_calls_the_same_collectives, needs="partial",
-              hint="a collective (barrier too) blocks until every rank calls it: keep it outside `if rank == 0`"),
+              every_rank_calls_the_same_collectives, needs="partial", hint=Hint(
+                  idea="A collective, a barrier too, completes only when every rank calls it, in the same order: one "
+                       "that only rank 0 calls leaves the others waiting, or pairs up with the wrong call.",
+                  section="10. Break it: ranks that disagree",
+                  where="The collectives and barriers of your script, and any test of the rank around them (the "
+                        "logging and saving blocks especially).",
+                  how="Call every collective on all ranks, outside any branch on the rank; keep only the printing and "
+                      "the saving inside rank 0's branch.",
+                  lines_of=("collective",))),
     ],
 )

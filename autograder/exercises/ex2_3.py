@@ -7,6 +7,7 @@ from collections import Counter
 
 from autograder.checks import Check, each_rank, every_rank_calls_the_same_collectives, shares_disjoint_and_covering
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import correct_predictions
 from ddpcourse import make_model, toy_dataset
 from ddpcourse.given.ex2_3 import N
@@ -94,19 +95,54 @@ EXERCISE = Exercise(
     expected=expected,
     work=_work,
     checks=[
-        Check("returns a number on every rank", 1, _returns_a_number,
-              hint="return correct / total as a Python float (tensor.item())"),
-        Check("every rank returns the same accuracy", 2, _same_on_every_rank,
-              hint="combine the counts with dist.all_reduce so that every rank holds the totals"),
-        Check("every sample scored exactly once across the ranks", 3, _each_sample_once,
-              hint="give rank r the samples r, r + world_size, r + 2 * world_size, ... (no padding)"),
-        Check("every rank scores its own share of the samples", 2, _each_rank_scores_its_share,
-              hint="each rank runs the model on its own part of the data; only the counts travel"),
-        Check("accuracy equals the single-process accuracy", 3, _equals_single_process,
-              hint="sum the correct counts and the sample counts over ranks, then divide; "
-                   "an average of per-rank accuracies is wrong when shares differ in size"),
+        Check("returns a number on every rank", 1, _returns_a_number, hint=Hint(
+            idea="evaluate returns the accuracy as a plain Python number on every rank, not a tensor, a list or "
+                 "nothing.",
+            section="1:2. The collectives",
+            where="The return statement at the end of your `evaluate`, as every rank reaches it.",
+            how="Return a Python float on every rank: counts exchanged as tensors stay tensors, so turn the final "
+                "ratio (or each total) into a Python number before returning it.")),
+        Check("every rank returns the same accuracy", 2, _same_on_every_rank, hint=Hint(
+            idea="Every rank must end with the global totals, so that each computes the same accuracy: with no "
+                 "exchange, or one that leaves the result on a single rank, each rank keeps its own counts.",
+            section="1:2. The collectives",
+            where="How your ranks exchange their counts, and what each rank divides to get the value it returns.",
+            how="Combine the counts with a collective that leaves the sums on every rank, then have every rank compute "
+                "the accuracy from those totals, none from its own counts.",
+            lines_of=("collective",))),
+        Check("every sample scored exactly once across the ranks", 3, _each_sample_once, hint=Hint(
+            idea="Every sample must be scored by exactly one rank. DistributedSampler makes shares equal by repeating "
+                 "samples (or by dropping some), which a metric then counts twice (or never).",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="How your `evaluate` gives each rank its share of the dataset: the indices each rank scores.",
+            how="Split the indices among the ranks with no padding and nothing dropped, by hand or with a sampler that "
+                "does neither, so that together the shares cover the dataset once; shares may differ in size.")),
+        Check("every rank scores its own share of the samples", 2, _each_rank_scores_its_share, hint=Hint(
+            idea="The work is shared: each rank runs the model on its own part of the data, and only the counts "
+                 "travel between the ranks.",
+            section="6. `DistributedSampler`: a different share of the data for each rank",
+            where="Which samples each rank runs the model on in your `evaluate`: whether one rank scores everything, "
+                  "or the shares come out far from even.",
+            how="Choose each rank's share from its rank and the world size, about the dataset's size divided by the "
+                "world size, and have each rank score its share and nothing more.")),
+        Check("accuracy equals the single-process accuracy", 3, _equals_single_process, hint=Hint(
+            idea="The global accuracy is the total of correct predictions over the total of samples. The mean of "
+                 "the ranks' accuracies differs when the shares differ in size, and one rank's own is no global one.",
+            section="9. Putting it together: a training script for `torchrun`",
+            where="What your ranks exchange, and how the final ratio is formed from it.",
+            how="Sum two counts over the ranks, the correct predictions and the samples scored, and divide only the "
+                "totals; an average of per-rank accuracies weighs a small share like a large one.",
+            lines_of=("collective",))),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 2,
-              every_rank_calls_the_same_collectives, needs="partial",
-              hint="a collective blocks until every rank calls it: call it on all ranks, use the result on rank 0 only"),
+              every_rank_calls_the_same_collectives, needs="partial", hint=Hint(
+                  idea="A collective completes only when every rank calls it, as often and in the same order: one "
+                       "inside a branch for rank 0, or one per batch when the shares hold different numbers of "
+                       "batches, leaves ranks waiting.",
+                  section="10. Break it: ranks that disagree",
+                  where="The collectives in your `evaluate`, how often each rank reaches them, and any test of the "
+                        "rank around them.",
+                  how="Have every rank call the exchange the same number of times, outside any branch on the rank "
+                      "(once, after all the scoring, is simplest); what one rank alone needs goes after it.",
+                  lines_of=("collective",))),
     ],
 )

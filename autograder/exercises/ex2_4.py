@@ -6,6 +6,7 @@ import torch
 
 from autograder.checks import Check, each_rank, matches_reference
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import accumulated_training, flat
 from ddpcourse import make_model
 from ddpcourse.given.ex2_4 import ACCUM, LR, SIZES, STEPS, WINDOWS, micro_batches
@@ -90,15 +91,33 @@ EXERCISE = Exercise(
     work=lambda runs: None if any(r.of("optimizer_step") for w in runs for r in w.ranks) else
     "no rank took a single optimizer step",
     checks=[
-        Check("one optimizer step per accumulation window", 2, _one_step_per_window,
-              hint="optimizer.step() and zero_grad() after the last micro-batch of each window only, "
-                   "the short last window included"),
+        Check("one optimizer step per accumulation window", 2, _one_step_per_window, hint=Hint(
+            idea="Accumulation takes one optimizer step per window of accum_steps micro-batches; when the "
+                 "micro-batches do not fill the last window, the shorter rest is a window too, with its own step.",
+            section="Gradient accumulation: `no_sync`",
+            where="Where your loop steps the optimizer and zeroes the gradients, and how it recognizes the last "
+                  "micro-batch of a window.",
+            how="Step and zero the gradients only after a window's last micro-batch, and treat the micro-batches "
+                "left over at the end as a last window of their own, so that there is one step per window.")),
         Check("gradients all-reduced once per window, on its last micro-batch (no_sync for the others)", 5,
-              _communicates_once_per_window,
-              hint="with model.no_sync(): forward and backward for all but the window's last micro-batch, whose "
-                   "backward outside no_sync lets DDP average the window's gradients across ranks"),
-        Check("equal to the single-process reference with the same windows", 3, _matches_reference,
-              hint="divide each micro-batch's loss by the number of micro-batches in its window (accum_steps, "
-                   "or fewer in a short last window) so that every window's gradient is a mean"),
+              _communicates_once_per_window, hint=Hint(
+                  idea="DDP all-reduces the gradients in every backward pass unless it runs inside no_sync, and it "
+                       "decides during the forward pass whether the next backward synchronizes.",
+                  section="Gradient accumulation: `no_sync`",
+                  where="Which of your forward and backward passes run inside the model's no_sync context, micro-batch "
+                        "by micro-batch within a window.",
+                  how="Run both the forward and the backward of every micro-batch but a window's last inside no_sync, "
+                      "and the last one's outside it, so that DDP averages the window's summed gradients once; leave "
+                      "the all-reduce to DDP rather than calling one yourself.")),
+        Check("equal to the single-process reference with the same windows", 3, _matches_reference, hint=Hint(
+            idea="A window's step should use the mean gradient over its micro-batches and over the ranks, but "
+                 "backward passes add their gradients up: left as a sum, a window of k micro-batches steps k times "
+                 "too far.",
+            section="Averaged, not summed: the global batch and the learning rate",
+            where="How your loop scales each micro-batch's loss (or the gradients) before the step, in full windows "
+                  "and in the short last one, and what is done to the gradients besides.",
+            how="Divide by the number of micro-batches in the window each one belongs to, so that the accumulated "
+                "gradient is their mean (the short last window holds fewer than accum_steps); the mean over the ranks "
+                "is DDP's, with no sum of your own on top.")),
     ],
 )

@@ -17,6 +17,7 @@ import torch
 
 from autograder.checks import Check, every_rank_calls_the_same_collectives, how_a_gradient_differs
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import averaged_gradients, flat, off_the_mean, parameter_blocks
 from ddpcourse.given.ex2_6 import BUCKET_NUMEL, STEPS, make_deep_model, shard, start_seed
 
@@ -221,23 +222,69 @@ EXERCISE = Exercise(
     params=lambda seed: {"seed": seed},
     work=_work,
     checks=[
-        Check("after construction every rank holds rank 0's weights", 2, _same_weights_as_rank_0,
-              hint="broadcast every parameter from rank 0 in __init__, before any training"),
+        Check("after construction every rank holds rank 0's weights", 2, _same_weights_as_rank_0, hint=Hint(
+            idea="The ranks build their models from different seeds; as DDP does when it wraps a model, your wrapper "
+                 "must give every rank rank 0's weights before any training.",
+            section="5. Wrapping the model in DDP",
+            where="Your wrapper's constructor: what it sends from rank 0 to the other ranks, and whether what they "
+                  "receive ends up in the module's own parameters.",
+            how="In the constructor, on every rank, broadcast the parameters from rank 0, one by one or flattened "
+                "together, and make sure the received values are written back into the module's parameters.",
+            lines_of=("collective",))),
         Check("after finish_gradient_synchronization every gradient is the mean over the ranks", 6,
-              _gradients_averaged,
-              hint="all-reduce sums: divide by the world size once, and copy each bucket's result back into .grad"),
+              _gradients_averaged, hint=Hint(
+                  idea="After finish_gradient_synchronization every parameter's gradient must hold the mean over the "
+                       "ranks: an all-reduce only sums, and its result sits in the flattened bucket until it is "
+                       "copied back.",
+                  section="5. Wrapping the model in DDP",
+                  where="Your finish_gradient_synchronization: what happens to each bucket's reduced tensor, where "
+                        "the division by the world size happens, and how the result reaches each parameter's "
+                        "gradient.",
+                  how="Divide by the world size exactly once, before the all-reduce or after it, and once a bucket's "
+                      "all-reduce has completed, copy its pieces back into the gradients of its parameters, in the "
+                      "order they were flattened.")),
         Check("one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel", 5,
-              _one_all_reduce_per_bucket,
-              hint="gradients become ready from the output layer back: group parameters in that order"),
+              _one_all_reduce_per_bucket, hint=Hint(
+                  idea="Buckets group the gradients in the order backward produces them, from the last parameter "
+                       "back, each up to bucket_numel elements: one all-reduce per bucket, neither one per parameter "
+                       "nor one for everything.",
+                  section="Communication overlaps the backward pass: buckets",
+                  where="The part of your constructor that groups the parameters into buckets, and how many "
+                        "all-reduces each bucket gets in a step.",
+                  how="Walk the parameters from the last back to the first, closing a bucket when the next one would "
+                      "take it past bucket_numel (or, as DDP does, once it holds bucket_numel or more), and start "
+                      "exactly one all-reduce per bucket, on its gradients flattened together.",
+                  lines_of=("collective",))),
         Check("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
-              "and runs while backward goes on", 6, _overlaps_backward,
-              hint="a hook on each parameter (register_post_accumulate_grad_hook) can tell when a bucket is "
-                   "complete; start its all-reduce with async_op=True and keep the handle"),
+              "and runs while backward goes on", 6, _overlaps_backward, hint=Hint(
+                  idea="Overlap means a bucket's all-reduce runs while backward still computes the earlier layers: "
+                       "it starts the moment the bucket's last gradient is ready, returns at once, and is waited for "
+                       "only later.",
+                  section="Communication overlaps the backward pass: buckets",
+                  where="The hooks your wrapper registers on the parameters: when they find a bucket complete, how "
+                        "they start its all-reduce, and where your code waits for it.",
+                  how="Let a hook on each parameter (a post-accumulate-grad hook, or a hook on its gradient) notice "
+                      "when its bucket's last gradient is ready, start that bucket's all-reduce right there with "
+                      "async_op on, keep the handle, and wait on it only in finish_gradient_synchronization.",
+                  lines_of=("enter",))),
         Check("every all-reduce is waited for before finish_gradient_synchronization returns", 3,
-              _every_all_reduce_waited,
-              hint="an asynchronous collective's result is there only after its handle's wait()"),
+              _every_all_reduce_waited, hint=Hint(
+                  idea="An asynchronous all-reduce's result is there only once its handle has been waited for; "
+                       "before that, the bucket may still hold a sum in progress.",
+                  section="Communication overlaps the backward pass: buckets",
+                  where="Your finish_gradient_synchronization: whether it waits for every bucket started during this "
+                        "step's backward, the last one included.",
+                  how="Keep every handle (or its future) that the hooks start, wait on each one in "
+                      "finish_gradient_synchronization before using its result, then clear them for the next step.",
+                  lines_of=("enter",))),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
-              every_rank_calls_the_same_collectives, needs="partial",
-              hint="a collective blocks until every rank calls it: call it on all ranks"),
+              every_rank_calls_the_same_collectives, needs="partial", hint=Hint(
+                  idea="A collective completes only when every rank calls it, in the same order: a broadcast or "
+                       "all-reduce that only some ranks reach leaves the others waiting, or pairs up wrong.",
+                  section="10. Break it: ranks that disagree",
+                  where="Every broadcast and all-reduce in your wrapper, and any test of the rank around them.",
+                  how="Call each collective on all ranks, the broadcast in the constructor too: rank 0 differs only as "
+                      "the broadcast's source, not by calling it alone.",
+                  lines_of=("collective",))),
     ],
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from autograder.checks import Check
 from autograder.exercises import Exercise
 from autograder.exercises.ex2_6 import buckets
+from autograder.hints import Hint
 from ddpcourse.given.ex2_7 import cases
 
 RTOL, ATOL = 1e-6, 1e-12
@@ -136,12 +137,31 @@ EXERCISE = Exercise(
     world_sizes=(1,),
     checks=[
         Check("with no computation, every bucket's all-reduce is exposed, one after another", 3, _free_computation,
-              hint="with every gradient ready at the start, the buckets' all-reduces run back to back: how many "
-                   "buckets, and what does each cost?"),
-        Check("with slow computation, only the last bucket's all-reduce is exposed", 3, _slow_computation,
-              hint="which bucket can start only after backward's last gradient?"),
-        Check("the exposed time equals the schedule's on schedules in between", 4, _every_schedule,
-              hint="play the schedule out: when each gradient is ready, when each bucket's all-reduce can start "
-                   "(ready, and the previous one done), when it ends"),
+              hint=Hint(
+                  idea="With no computation every gradient is ready at the start, so nothing hides the "
+                       "communication: the buckets' all-reduces run back to back, and all of that time is exposed.",
+                  section="Communication overlaps the backward pass: buckets",
+                  where="The part of your `exposed_communication` that forms the buckets and charges each all-reduce "
+                        "its time, read for the case where every compute time is zero.",
+                  how="Check that your function forms 2.6's buckets, from the last parameter back, charges every "
+                      "all-reduce the fixed cost alpha plus beta per element of its own bucket, and runs the "
+                      "all-reduces one after another rather than side by side.")),
+        Check("with slow computation, only the last bucket's all-reduce is exposed", 3, _slow_computation, hint=Hint(
+            idea="When backward is much slower than the network, each all-reduce ends before the next gradient is "
+                 "ready, except the one of the bucket that holds backward's final gradient: it can only start when "
+                 "backward is over.",
+            section="Communication overlaps the backward pass: buckets",
+            where="How your function orders the gradients in time, and from which moment it counts the exposed time.",
+            how="Let backward produce the gradients from the last parameter to the first, and count the exposed time "
+                "from the moment it produces its final gradient, not from its start; the bucket holding that gradient "
+                "is the one left exposed.")),
+        Check("the exposed time equals the schedule's on schedules in between", 4, _every_schedule, hint=Hint(
+            idea="Between the two limits buckets queue: a bucket's all-reduce starts at the later of two moments, "
+                 "when its last gradient is ready and when the previous all-reduce has ended.",
+            section="Communication overlaps the backward pass: buckets",
+            where="The part of your function that plays the schedule out, bucket by bucket.",
+            how="Play the schedule forward: when each gradient is ready (the compute times added up from the last "
+                "parameter back), when each bucket's all-reduce can start (its gradients ready and the network free), "
+                "when it ends; what is exposed is the last end minus the end of backward.")),
     ],
 )

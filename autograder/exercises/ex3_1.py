@@ -14,6 +14,7 @@ import torch
 
 from autograder.checks import Check
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from ddpcourse.given.ex3_1 import EPS, MOMENTUM, C, L, inputs, layer, rows
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -255,16 +256,48 @@ EXERCISE = Exercise(
     work=_work,
     checks=[
         Check("the output equals batch norm over all the ranks' batches put together", 3, _output,
-              hint="per channel, all-reduce the sum, the sum of squares and the count; "
-                   "mean = sum / count, var = sumsq / count - mean ** 2"),
+              hint=Hint(
+                  idea="Every rank normalizes each channel with the mean and the biased variance of all the ranks' "
+                       "values together; with batches of different sizes, averaging the ranks' own means or "
+                       "variances gives other numbers.",
+                  section="2. Synchronized batch norm",
+                  where="The part of sync_batch_norm before the normalization: what each rank sends, and how you turn "
+                        "what comes back into the mean and the variance.",
+                  how="Exchange quantities that simply add up over the ranks (the sums, the sums of squares and the "
+                      "counts; or each rank's count, mean and summed squared deviations, combined by their counts), "
+                      "divide by the total count, and normalize with the biased variance, eps inside the square root.",
+                  lines_of=("collective",))),
         Check("running statistics updated on every rank with the batch mean and unbiased variance", 2,
               _running_statistics,
-              hint="running = (1 - momentum) * running + momentum * statistic, in place, on every rank; "
-                   "the variance times count / (count - 1)"),
+              hint=Hint(
+                  idea="Every rank updates its own running mean and variance in place, with the statistics it "
+                       "normalized with; the running variance is the unbiased one, over the values of all the ranks.",
+                  section="2. Synchronized batch norm",
+                  where="The end of sync_batch_norm, where you update the running_mean and running_var you were "
+                        "given, and whether every rank gets there.",
+                  how="On every rank, change the given tensors in place, each to a blend of its old value and the "
+                      "batch statistic weighted by momentum; scale the variance to its unbiased form first, with the "
+                      "count of values over every rank.")),
         Check("the gradient of the input equals global batch norm's", 3, _gradient,
-              hint="an all-reduce that autograd passes through: torch.distributed.nn.functional.all_reduce "
-                   "(its backward all-reduces the gradients, right here where every rank's loss is its own)"),
+              hint=Hint(
+                  idea="Each rank's loss depends on every rank's x through the shared mean and variance, so the "
+                       "gradient of x must collect what every rank's loss contributes; autograd does not see a plain "
+                       "dist.all_reduce.",
+                  section="2. Synchronized batch norm",
+                  where="The exchange in sync_batch_norm's forward pass: whether autograd records it, and what its "
+                        "backward does.",
+                  how="Make the exchange one that autograd passes through and whose backward adds up the ranks' "
+                      "gradients of the statistics: a differentiable collective (the functional collectives), or "
+                      "an autograd Function of your own whose backward all-reduces. Detach nothing on the way.",
+                  lines_of=("collective",))),
         Check("one collective per forward pass, not one per statistic", 2, _one_collective,
-              hint="torch.stack the sums, the sums of squares and the count into one tensor, all-reduce it once"),
+              hint=Hint(
+                  idea="Every collective pays a fixed round trip whatever it carries, so the statistics travel "
+                       "together, in one exchange per forward pass.",
+                  section="What it costs",
+                  where="The forward part of sync_batch_norm: every collective or message it makes.",
+                  how="Put everything the ranks exchange into one tensor, make one collective on it, and split "
+                      "the result back into its parts.",
+                  lines_of=("collective",))),
     ],
 )

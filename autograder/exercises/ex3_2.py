@@ -15,6 +15,7 @@ import torch
 from autograder.checks import Check, each_rank, matches_reference, params_identical_across_ranks, runs_to_the_end
 from autograder.exercises import Exercise
 from autograder.exercises.ex2_2 import _checkpoint, _destroyed, _one_writer
+from autograder.hints import Hint
 from autograder.reference import flat, trained_on_shares
 from ddpcourse import BNNet, make_bn_model, toy_dataset
 
@@ -164,20 +165,77 @@ EXERCISE = Exercise(
     checks=[
         runs_to_the_end("the script runs to the end on every rank", 2),
         Check("every batch norm layer is synchronized when DDP wraps the model", 3, _synchronized_when_wrapped,
-              hint="model = convert_sync_batchnorm(model) (from ddpcourse), then model = DDP(model)"),
+              hint=Hint(
+                  idea="DDP looks at the layers it wraps when it is built, so every batch norm layer must already be "
+                       "a synchronized one then; converting afterwards, or only some layers, leaves plain ones inside.",
+                  section="The course's stand-in, for CPUs",
+                  where="In main, the lines between building the model with make_bn_model and wrapping it in DDP.",
+                  how="Replace every batch norm layer by a synchronized one (the course's "
+                      "ddpcourse.convert_sync_batchnorm does the whole model, on CPUs and GPUs alike), and only then "
+                      "wrap the model in DDP.",
+                  lines_of=("ddp",))),
         Check("parameters identical on all ranks after every optimizer step", 1, params_identical_across_ranks,
-              hint="let DDP average the gradients: backward() on the DDP model's output"),
+              hint=Hint(
+                  idea="DDP keeps the ranks' parameters identical by averaging the gradients during backward; "
+                       "parameters that differ took a step whose gradients DDP never averaged.",
+                  section="2:5. Wrapping the model in DDP",
+                  where="The training loop: which model computes the output, and what backward runs on.",
+                  how="Compute every output with the DDP-wrapped model and call backward on the loss of that output, "
+                      "so that each optimizer step uses the averaged gradients.")),
         Check("parameters equal one process trained on the whole global batches", 3, _equals_global_batch,
-              hint="synchronized batch norm normalizes every rank's samples with the statistics of the global batch"),
+              hint=Hint(
+                  idea="With synchronized batch norm, W ranks of 4 samples take the step of one process on the 4 "
+                       "times W samples; with plain batch norm each rank normalizes with its own 4 samples only.",
+                  section="2. Synchronized batch norm",
+                  where="In main, where the model is built, converted and wrapped; then the training loop, which "
+                        "should be the script's as given.",
+                  how="Convert every batch norm layer of the model before wrapping it in DDP, and keep the script's "
+                      "data, sampler, batch size, optimizer and learning rate as they were.")),
         Check("running statistics on every rank equal one process's on the whole global batches", 2,
-              _running_statistics, hint="every batch norm layer synchronized: their running statistics then agree"),
+              _running_statistics,
+              hint=Hint(
+                  idea="Synchronized batch norm updates every rank's running statistics from every rank's samples, "
+                       "so they agree with one process's; plain batch norm under DDP leaves rank 0's alone.",
+                  section="2. Synchronized batch norm",
+                  where="In main, the conversion of the model: whether it reaches every batch norm layer, before "
+                        "DDP wraps the model.",
+                  how="Convert the whole model, not a single layer: the running statistics of every converted "
+                      "layer then follow by themselves, with no code of yours.")),
         Check("exactly one checkpoint writer: global rank 0", 1, _one_writer,
-              hint="if dist.get_rank() == 0: torch.save(...)"),
+              hint=Hint(
+                  idea="Every rank holds the same trained model, so one process writes the checkpoint: global rank 0.",
+                  section="2:7. Saving a checkpoint: once, from rank 0, without `module.`",
+                  where="The end of main: the torch.save call and the test around it.",
+                  how="Keep the save under a test that this process is global rank 0, the rank the process group "
+                      "gives, not the local rank.",
+                  lines_of=("save",))),
         Check("the checkpoint loads strictly into a plain BNNet and holds the trained weights and running statistics",
               2, _checkpoint_loads_and_holds_the_run,
-              hint="after the last epoch, save model.module.state_dict(): its keys are a plain BNNet's"),
-        Check("process group destroyed at the end", 1, _destroyed, hint="dist.destroy_process_group() at the end"),
+              hint=Hint(
+                  idea="The checkpoint is the state dict of the model inside the DDP wrapper, saved after training: "
+                       "BNNet's own keys, with the trained weights and running statistics.",
+                  section="2:7. Saving a checkpoint: once, from rank 0, without `module.`",
+                  where="The torch.save in main: what it saves, and where it sits relative to the training loop.",
+                  how="Save, after the last epoch, the state dict of the module DDP wraps rather than the wrapper's "
+                      "own, whose keys carry a `module.` prefix.",
+                  lines_of=("save",))),
+        Check("process group destroyed at the end", 1, _destroyed,
+              hint=Hint(
+                  idea="Every process leaves the process group when it is done, so that its resources are freed and "
+                       "the job ends cleanly.",
+                  section="2:8. `destroy_process_group()` at the end",
+                  where="The last lines of main, after the checkpoint is saved.",
+                  how="Destroy the process group on every rank as the last thing main does, outside any test of the "
+                      "rank.",
+                  lines_of=("destroy_process_group",))),
         Check("on GPUs, PyTorch's own nn.SyncBatchNorm on nccl", 1, _pytorch_class_on_gpus, gpu_only=True,
-              hint="ddpcourse.convert_sync_batchnorm picks it on GPUs, or call nn.SyncBatchNorm.convert_sync_batchnorm"),
+              hint=Hint(
+                  idea="On GPUs with nccl, PyTorch's own nn.SyncBatchNorm synchronizes batch norm; the course's "
+                       "CPU layers are a stand-in for gloo.",
+                  section="`nn.SyncBatchNorm`",
+                  where="In main, the line that converts the model's batch norm layers, and what it picks on GPUs.",
+                  how="Convert with ddpcourse.convert_sync_batchnorm, which hands a GPU model to PyTorch's own "
+                      "converter, or call nn.SyncBatchNorm.convert_sync_batchnorm yourself when the ranks are on "
+                      "GPUs; do not build CPU stand-in layers there.")),
     ],
 )

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from autograder.checks import Check, each_rank, writers_saves
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import flat, parameter_blocks
 from ddpcourse import MLP, make_mlp
 from ddpcourse.given.ex3_3 import LR, STEPS, data, rows
@@ -221,15 +222,51 @@ EXERCISE = Exercise(
     warm_imports=("torch._dynamo", "torch.distributed.optim"),
     checks=[
         Check("Adam's state is sharded: each parameter's moments on exactly one rank", 3, _sharded,
-              hint="ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)"),
+              hint=Hint(
+                  idea="ZeRO stage 1 gives each rank Adam's state for a share of the parameters only: every "
+                       "parameter's moments live on exactly one rank, where a plain Adam keeps all of them everywhere.",
+                  section="4. ZeRO stage 1: `ZeroRedundancyOptimizer`",
+                  where="make_optimizer: the optimizer you build and return, and the parameters you give it.",
+                  how="Return PyTorch's stage 1 wrapper, ZeroRedundancyOptimizer, over all the model's parameters, "
+                      "with Adam as the optimizer class it builds on each rank for that rank's share.")),
         Check("every step equals plain Adam on one process over the global batch", 3,
               lambda runs: steps_equal_adam(runs, "optimizer step", STEPS + 1),
-              hint="the optimizer class is Adam and the learning rate is the one given"),
+              hint=Hint(
+                  idea="Sharding the state changes where Adam's moments live, not the update: every step is plain "
+                       "Adam's on the gradient averaged over the global batch.",
+                  section="4. ZeRO stage 1: `ZeroRedundancyOptimizer`",
+                  where="make_optimizer: the optimizer class you wrap and the arguments you pass on to it.",
+                  how="Wrap Adam itself and hand it the learning rate you were given, leaving its other settings at "
+                      "their defaults; DDP already averages the gradients.")),
         Check("consolidate_state_dict on every rank, then rank 0 alone saves", 2, _consolidated_then_one_writer,
-              hint="optimizer.consolidate_state_dict(to=0) on every rank; then if dist.get_rank() == 0: torch.save(...)"),
+              hint=Hint(
+                  idea="No rank holds the whole optimizer state: gathering it on rank 0 is a collective that every "
+                       "rank takes part in, and only then can rank 0, and rank 0 alone, save it.",
+                  section="Saving the optimizer state",
+                  where="save_checkpoint: the call that gathers the optimizer state, which rank it gathers to, and "
+                        "the test of the rank around it and around torch.save.",
+                  how="Consolidate the state to rank 0 on every rank, outside any test of the rank; then put only "
+                      "the building of the dict and the save under a test that this is rank 0.",
+                  lines_of=("collective", "save"))),
         Check("the checkpoint's model is the trained model and loads into a plain MLP", 1, _model_saved,
-              hint='{"model": model.module.state_dict(), ...}'),
+              hint=Hint(
+                  idea="The checkpoint's model is the state dict of the MLP inside the DDP wrapper, as trained when "
+                       "save_checkpoint is called: a plain MLP's keys, with no `module.` prefix.",
+                  section="Saving the optimizer state",
+                  where="save_checkpoint: what you put under the model's key of the dict you save.",
+                  how="Save the state dict of the module DDP wraps, not the wrapper's own, taken when "
+                      "save_checkpoint runs.",
+                  lines_of=("save",))),
         Check("the checkpoint's optimizer state loads into a plain Adam and continues the run exactly", 3,
-              _optimizer_continues, hint='{..., "optimizer": optimizer.state_dict()} on rank 0, after consolidating'),
+              _optimizer_continues,
+              hint=Hint(
+                  idea="The saved optimizer state must be Adam's whole state, numbered as the model's parameters, "
+                       "so that a plain Adam on one process loads it and takes the run's next step.",
+                  section="Saving the optimizer state",
+                  where="save_checkpoint: what you put under the optimizer's key, and whether it was consolidated "
+                        "before you took it.",
+                  how="After consolidating on every rank, save on rank 0 the state dict of the ZeRO optimizer "
+                      "itself, not that of the local Adam it holds, which covers rank 0's share only.",
+                  lines_of=("save",))),
     ],
 )

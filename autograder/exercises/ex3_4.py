@@ -13,6 +13,7 @@ import torch
 from autograder.checks import Check, each_rank, writers_saves
 from autograder.exercises import Exercise
 from autograder.exercises.ex3_3 import steps_equal_adam
+from autograder.hints import Hint
 from autograder.reference import flat
 from ddpcourse import MLP, make_mlp
 from ddpcourse.given.ex3_4 import STEPS
@@ -117,14 +118,50 @@ EXERCISE = Exercise(
     timeout=40.0,
     checks=[
         Check("parameters are DTensors sharded over the ranks: each rank stores about 1/W of each", 2, _sharded,
-              hint="fully_shard(block, mesh=mesh) for each block, then fully_shard(model, mesh=mesh)"),
+              hint=Hint(
+                  idea="fully_shard turns every parameter of the modules it is given into a DTensor cut along its "
+                       "first dimension, each rank storing its own rows; a parameter no fully_shard reaches stays a "
+                       "plain, whole tensor on every rank.",
+                  section="5. FSDP: `fully_shard`",
+                  where="setup: the fully_shard calls, which modules they are given, and the mesh.",
+                  how="Shard each block of model.net and then the model itself, in place, on the mesh you were "
+                      "given, so that every parameter belongs to some sharded module.")),
         Check("fully_shard on every block, then on the root", 1, _every_block_and_root,
-              hint="for each nn.Linear in model.net: fully_shard(layer, mesh=mesh); then fully_shard(model, mesh=mesh)"),
+              hint=Hint(
+                  idea="Each fully_shard call makes one group, gathered in one piece: one group per block keeps a "
+                       "single block gathered at a time, and the root's call groups what is left and drives the "
+                       "blocks' gathers and frees.",
+                  section="5. FSDP: `fully_shard`",
+                  where="setup: which modules you call fully_shard on, and in which order.",
+                  how="Call fully_shard once on each of the three Linear blocks of model.net, then once on the root "
+                      "model, after its blocks.")),
         Check("every step equals plain Adam on one process over the global batch (to float rounding)", 3,
-              _trained_like_adam, hint="build the optimizer after fully_shard, from model.parameters()"),
-        Check("exactly one checkpoint writer: rank 0", 1, _one_writer, hint="if dist.get_rank() == 0: torch.save(...)"),
+              _trained_like_adam,
+              hint=Hint(
+                  idea="fully_shard replaces every parameter by a new DTensor, so the optimizer must be built from the "
+                       "parameters the model holds after sharding; training is then plain Adam's.",
+                  section="5. FSDP: `fully_shard`",
+                  where="setup: where you build the Adam optimizer relative to the fully_shard calls, and its "
+                        "learning rate.",
+                  how="Build Adam after all the fully_shard calls, from the model's parameters as they are then, "
+                      "with the learning rate you were given.")),
+        Check("exactly one checkpoint writer: rank 0", 1, _one_writer,
+              hint=Hint(
+                  idea="Every rank takes part in gathering the full weights, but only one process writes the file: "
+                       "rank 0.",
+                  section="5. FSDP: `fully_shard`",
+                  where="save_full: the torch.save call and the test of the rank around it.",
+                  how="Leave the gathering on every rank and put only the save under a test that this is rank 0.",
+                  lines_of=("save",))),
         Check("the checkpoint holds the full trained weights and loads into a plain MLP", 3, _full_weights_saved,
-              hint="get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) "
-                   "on every rank, then torch.save on rank 0"),
+              hint=Hint(
+                  idea="A sharded model's own state dict holds DTensors, each rank's rows only; the file must hold "
+                       "the full weights as plain tensors, gathered from every rank, with a plain MLP's keys.",
+                  section="5. FSDP: `fully_shard`",
+                  where="save_full: what you hand torch.save, and how and on which ranks it was gathered.",
+                  how="On every rank, gather the full state dict (a collective: the state-dict helpers do it with "
+                      "the option for full tensors, or gather each DTensor yourself), then have rank 0 save those "
+                      "plain tensors.",
+                  lines_of=("save",))),
     ],
 )

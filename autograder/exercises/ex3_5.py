@@ -18,6 +18,7 @@ import torch
 from autograder.checks import Check, each_rank
 from autograder.exercises import Exercise
 from autograder.exercises.ex3_3 import adam_steps
+from autograder.hints import Hint
 from autograder.reference import flat
 from ddpcourse import make_mlp
 from ddpcourse.given.ex3_3 import LR
@@ -160,11 +161,34 @@ EXERCISE = Exercise(
     timeout=40.0,
     checks=[
         Check("every rank takes part in every save and load", 2, _every_rank_saves_and_loads,
-              hint="dcp.save(state, checkpoint_id=directory) and dcp.load(...) on every rank"),
+              hint=Hint(
+                  idea="A distributed checkpoint is written and read by every rank, each its own shards, and the "
+                       "ranks agree on the index first: DCP's save and load are collectives.",
+                  section="6. Sharded checkpoints with `torch.distributed.checkpoint`",
+                  where="save and load: the DCP calls, and any test of the rank around them.",
+                  how="Call DCP's save in save and its load in load on every rank, with the directory you were "
+                      "given, outside any test of the rank.",
+                  lines_of=("enter:dcp.save", "enter:dcp.async_save", "enter:dcp.load"))),
         Check("each checkpoint holds one shard file per rank, none of them most of the state", 2, _holds_shards,
-              hint="save the sharded state dicts, get_state_dict(model, optimizer) with default options"),
+              hint=Hint(
+                  idea="DCP saves sharded state as it is: one file of its own shards per rank, plus the .metadata "
+                       "index. A full state dict, gathered first, puts the whole state on one rank.",
+                  section="6. Sharded checkpoints with `torch.distributed.checkpoint`",
+                  where="save: the state dicts you hand to DCP, how you got them and with which options.",
+                  how="Hand DCP's save the sharded state dicts of the model and the optimizer, as the state-dict "
+                      "helpers give them by default, without gathering them into full tensors first; write them "
+                      "with DCP, not torch.save.",
+                  lines_of=("enter:dcp.save", "enter:dcp.async_save", "enter:dcp.load"))),
         Check("resumed at each new world size, training continues exactly as one uninterrupted run", 3,
               _continues_uninterrupted,
-              hint="save and load model and optimizer; after dcp.load, set_state_dict(model, optimizer, ...)"),
+              hint=Hint(
+                  idea="A resumed run is the same run only if both the model's weights and the optimizer's state "
+                       "(Adam's moments and step counts) are restored, resharded to the new world size.",
+                  section="6. Sharded checkpoints with `torch.distributed.checkpoint`",
+                  where="save, for what goes into the checkpoint; load, for what DCP fills in and how it gets back "
+                        "into the model and the optimizer.",
+                  how="Save the optimizer's state beside the model's. In load, build the state dicts to load into "
+                      "from this job's model and optimizer, let DCP fill them in place, then hand them back to both "
+                      "with the state-dict helpers' set functions.")),
     ],
 )

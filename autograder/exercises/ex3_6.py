@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from autograder.checks import Check, each_rank
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from ddpcourse.given.ex3_6 import SCHEMES, shapes_of
 
 PARTS = ("parameters", "gradients", "optimizer")
@@ -127,13 +128,36 @@ EXERCISE = Exercise(
     timeout=40.0,
     checks=[
         Check("parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP", 2,
-              _part("parameters"), hint="FSDP: rank r holds min(c, rows - r c) rows of each tensor, c = ceil(rows / W)"),
+              _part("parameters"),
+              hint=Hint(
+                  idea="DDP and ZeRO-1 keep every parameter whole on every rank; FSDP cuts each tensor along its "
+                       "first dimension into chunks of rows, in rank order, so where W does not divide the rows the "
+                       "last ranks get fewer, or none.",
+                  section="5. FSDP: `fully_shard`",
+                  where="predict, the parameters entry of each scheme, and under FSDP your count of one tensor's "
+                        "rows on each rank when W does not divide them.",
+                  how="Per tensor, take the chunk as the rows over W rounded up; rank r gets what is left of the rows "
+                      "after r chunks, at most one chunk and never below zero, times the numbers per row, times 4 "
+                      "bytes. Sum over the tensors; for DDP and ZeRO-1, count every tensor whole.")),
         Check("gradients per rank: like the parameters they belong to", 2, _part("gradients"),
-              hint="gradients are shaped like their parameters: whole under DDP and ZeRO-1 (stage 1 shards the "
-                   "optimizer state only), sharded with the parameters under FSDP"),
+              hint=Hint(
+                  idea="Each gradient has its parameter's shape: ZeRO stage 1 shards only the optimizer state, so the "
+                       "gradients are whole under DDP and ZeRO-1, and FSDP cuts them with their parameters.",
+                  section="3. Memory per rank: what ZeRO removes",
+                  where="predict, the gradients entry of each scheme, beside your parameters entry for the same rank.",
+                  how="Give each rank, under each scheme, a float32 gradient for every parameter number it holds, "
+                      "and for no other.")),
         Check("Adam's two moments per rank: whole under DDP, whole tensors dealt out under ZeRO-1, sharded under FSDP",
               3, _part("optimizer"),
-              hint="8 bytes per parameter whose state the rank holds; ZeRO-1 deals whole tensors, largest first, "
-                   "each to the rank holding the fewest numbers so far"),
+              hint=Hint(
+                  idea="Adam keeps two float32 moments for every parameter number whose state a rank holds: all of "
+                       "them under DDP, whole tensors dealt out to the ranks under ZeRO-1, the rank's own rows "
+                       "under FSDP.",
+                  section="4. ZeRO stage 1: `ZeroRedundancyOptimizer`",
+                  where="predict, the optimizer entry; for ZeRO-1, the order in which you deal the tensors out and "
+                        "how you pick the rank that receives each.",
+                  how="Count 8 bytes per number whose moments the rank keeps, step counters aside. For ZeRO-1, take "
+                      "the tensors largest first and give each, whole, to the rank holding the fewest numbers so far, "
+                      "the lowest such rank on a tie.")),
     ],
 )

@@ -16,6 +16,7 @@ import torch
 
 from autograder.checks import Check, every_rank_calls_the_same_collectives
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import flat, gradients_at
 from ddpcourse.given.ex3_7 import LR, STEPS, model, shard
 from ddpcourse.optim import Adam
@@ -210,17 +211,65 @@ EXERCISE = Exercise(
     work=_work,
     checks=[
         Check("after every step every rank's parameters equal DDP with Adam", 5, _equal_to_ddp_with_adam,
-              hint="the mean gradient over the ranks, Adam on each element, the same new weights everywhere"),
+              hint=Hint(
+                  idea="ZeRO-1 changes where Adam's state lives, not the update: after every step, every rank holds "
+                       "the weights DDP with Adam gives, Adam on the mean of the ranks' gradients.",
+                  section="3. Memory per rank: what ZeRO removes",
+                  where="step: what the reduce-scattered sums are divided by, Adam's update of your share (its step "
+                        "count and bias corrections), and how the updated shares get back into every parameter.",
+                  how="Divide by the world size, before or after the reduce-scatter, so that Adam sees the mean "
+                      "gradient; apply torch.optim.Adam's update to your share only; then gather every rank's updated "
+                      "share and copy the whole flat vector back into the parameters on every rank.")),
         Check("each rank owns an even, contiguous share of the flattened parameters, together all of them once",
-              3, _even_share, hint="cut the flattened parameters into W contiguous pieces of at most ⌈N/W⌉"),
+              3, _even_share,
+              hint=Hint(
+                  idea="ZeRO as the paper does it cuts the flattened parameters into W contiguous pieces of at most "
+                       "N over W rounded up, which cover every element once; dealing out whole tensors cannot be "
+                       "that even.",
+                  section="4. ZeRO stage 1: `ZeroRedundancyOptimizer`",
+                  where="__init__, where you work out this rank's range, and what owned returns.",
+                  how="Cut the flat vector, not the tensors, into W consecutive ranges in rank order that together "
+                      "cover it once, none longer than the number of elements over the world size rounded up. Pad "
+                      "only the buffers of the collectives, never the range you report.")),
         Check("each rank keeps Adam's moments for its own share only, equal to full Adam's there", 3,
-              _moments_of_its_share, hint="the moments live with the share a rank updates, and nowhere else"),
+              _moments_of_its_share,
+              hint=Hint(
+                  idea="Each rank keeps Adam's two moments for the elements it owns and for no others: that is the "
+                       "memory ZeRO-1 saves. There they equal full Adam's moments of the mean gradient.",
+                  section="3. Memory per rank: what ZeRO removes",
+                  where="__init__, where you create the moments; step, where you update them; and what moments "
+                        "returns.",
+                  how="Create the two moments with the size of your own range only and update them with the mean "
+                      "gradient of that range; do not keep state for the whole model and hand out a slice of it.")),
         Check("the gradients are reduce-scattered (each rank receives its share's sum), not all-reduced", 3,
-              _reduce_scattered, hint="dist.reduce_scatter_tensor leaves on each rank the sum of its own piece"),
+              _reduce_scattered,
+              hint=Hint(
+                  idea="Each rank needs only the summed gradients of its own share: one reduce-scatter delivers "
+                       "exactly that, where an all-reduce sends every rank every gradient.",
+                  section="3. Memory per rank: what ZeRO removes",
+                  where="step: the collective that combines the ranks' gradients.",
+                  how="Flatten the gradients, cut them along the ranks' shares, pad the pieces to one size and "
+                      "reduce-scatter them, as one tensor or as a list, so that each rank receives the sum of its own "
+                      "piece; make no all-reduce in the step.",
+                  lines_of=("collective",))),
         Check("the updated shares reach every rank by an all-gather", 2, _all_gathered,
-              hint="dist.all_gather_into_tensor puts every rank's piece together on every rank"),
+              hint=Hint(
+                  idea="After each rank updates its own share, one all-gather gives every rank every updated share, "
+                       "so that all ranks hold the same new weights.",
+                  section="3. Memory per rank: what ZeRO removes",
+                  where="step, after the Adam update of your share: how it reaches the other ranks.",
+                  how="All-gather the ranks' updated pieces, padded to one size, on every rank; then drop the padding "
+                      "and copy the flat result back into the parameters.",
+                  lines_of=("collective",))),
         Check("every rank calls the same collectives (none inside `if rank == 0`)", 1,
               every_rank_calls_the_same_collectives, needs="partial",
-              hint="a collective blocks until every rank calls it: call it on all ranks"),
+              hint=Hint(
+                  idea="A collective returns only once every rank has called it, in the same order: a rank that "
+                       "skips one, or makes another, leaves the others waiting.",
+                  section="1:Every rank calls every collective, in the same order",
+                  where="step: every collective it makes, and any test of the rank around one.",
+                  how="Make the same collectives, in the same order, on every rank, outside any branch on the rank; "
+                      "let the rank decide only which piece of the result is its own.",
+                  lines_of=("collective",))),
     ],
 )

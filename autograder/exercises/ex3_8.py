@@ -20,6 +20,7 @@ from autograder.exercises import Exercise
 from autograder.exercises.ex3_3 import TOL  # FSDP sums the ranks' gradients in another order than one process
 from autograder.exercises.ex3_4 import _every_block_and_root, _sharded
 from autograder.exercises.ex3_7 import ALL_GATHERS
+from autograder.hints import Hint
 from autograder.reference import flat, parameter_blocks
 from ddpcourse.given.ex3_8 import CAPACITY, DEPTH, LR, Tower, batches, tower
 
@@ -225,20 +226,68 @@ EXERCISE = Exercise(
     timeline_between=("building", "done"),  # not the checkpoint the harness writes first
     checks=[
         Check("build returns the Tower, fully_shard on every block and then the root, each rank storing about 1/W", 2,
-              _a_sharded_tower, hint="for block in model.blocks: fully_shard(block, mesh=mesh, ...); then "
-                                     "fully_shard(model, mesh=mesh)"),
+              _a_sharded_tower,
+              hint=Hint(
+                  idea="build returns the Tower itself, sharded group by group: fully_shard on each of its blocks, "
+                       "then on the root, which keeps the embedding and the head, each rank storing its own rows of "
+                       "every parameter.",
+                  section="5. FSDP: `fully_shard`",
+                  where="build: the fully_shard calls, which modules they are given, and what build returns.",
+                  how="Call fully_shard on every block in the Tower's blocks, then on the Tower, all on the mesh you "
+                      "were given, and return that Tower, not a copy or another module.")),
         Check(f"no rank ever holds more than the device's {CAPACITY:,} bytes while building and loading", 4,
-              _within_the_device, hint="build under torch.device('meta'), shard, then to_empty: each rank allocates "
-                                       "its shards only; the weights arrive one tensor at a time"),
+              _within_the_device,
+              hint=Hint(
+                  idea="The whole Tower does not fit on a rank's device: no rank may build it whole, allocate it "
+                       "before it is sharded, or receive all of its weights at once; only its own shards, and a "
+                       "tensor at a time while loading.",
+                  section="FSDP's settings",
+                  where="The start of build: where the Tower is created and on which device, when its memory is "
+                        "allocated relative to the fully_shard calls, and how the weights travel from rank 0.",
+                  how="Create the Tower on the meta device, which holds shapes and no memory, shard it, and only then "
+                      "allocate the shards on the mesh's device type; move the weights one tensor at a time, never "
+                      "the whole model in one message.")),
         Check("after build, every rank's shards hold exactly the checkpoint's weights", 3, _holds_the_checkpoint,
-              hint="rank 0 reads the file; set_model_state_dict(..., options=StateDictOptions(full_state_dict=True, "
-                   "broadcast_from_rank0=True)) on every rank, rank 0 passing the weights and the others {}"),
+              hint=Hint(
+                  idea="After build every rank's shards hold the checkpoint's values. Only rank 0 can read the file, "
+                       "so the other ranks receive their rows from it; memory allocated for the shards starts out "
+                       "uninitialized.",
+                  section="FSDP's settings",
+                  where="build, after the shards are allocated: how rank 0's weights reach every rank's shards.",
+                  how="Have rank 0 read the file and the other ranks bring nothing, then send each full tensor from "
+                      "rank 0 while every rank keeps its own rows: the state-dict helpers do it with the option that "
+                      "broadcasts from rank 0, or scatter each tensor yourself.",
+                  lines_of=("load",))),
         Check("training the built model equals plain Adam on one process, from the checkpoint's weights", 2,
-              _trains_like_one_process, hint="the Tower trains in float32, as on one process: no mixed-precision policy, and return the sharded Tower itself"),
+              _trains_like_one_process,
+              hint=Hint(
+                  idea="The built Tower trains exactly as the Tower does on one process: in float32, over the whole "
+                       "global batch, the model build returns being the one trained.",
+                  section="FSDP's settings",
+                  where="build: any mixed-precision policy or change of dtype, and the model it returns.",
+                  how="Shard with fully_shard's default precision, so that the parameters, the computation and the "
+                      "gradients stay float32, and return the sharded Tower itself.")),
         Check("reshard_after_forward reaches every block: with False each stays gathered from forward to backward", 2,
-              _reshard_setting_reaches_the_blocks, hint="pass reshard_after_forward to each block's fully_shard"),
-        Check(f"predict says what one step gathers, and whether it fits, at world size {PREDICTED_AT}", 2, _predictions_match,
-              hint="count one all-gather per group as its forward starts, and one more per block before its "
-                   "backward unless it stayed gathered; add the bytes held while the last block runs"),
+              _reshard_setting_reaches_the_blocks,
+              hint=Hint(
+                  idea="reshard_after_forward belongs to each group: a block sharded with True is freed after its "
+                       "forward pass and gathered again for backward; with False it stays gathered until backward.",
+                  section="FSDP's settings",
+                  where="build: the fully_shard calls of the blocks, and whether they receive build's "
+                        "reshard_after_forward.",
+                  how="Pass build's reshard_after_forward on to every block's fully_shard, and leave the root at its "
+                      "default.")),
+        Check(f"predict says what one step gathers, and whether it fits, at world size {PREDICTED_AT}", 2,
+              _predictions_match,
+              hint=Hint(
+                  idea="Each group is all-gathered before its forward pass, and again before its backward pass unless "
+                       "it stayed gathered; during forward a rank holds its shards plus every parameter gathered at "
+                       "that moment.",
+                  section="FSDP's settings",
+                  where="predict: your count of the Tower's groups (the root holds parameters of its own) and of "
+                        "their gathers, and your sum of bytes at the fullest moment of the forward pass.",
+                  how="Count the gathers of each group in one step under each setting. For the fit, add a rank's "
+                      "shards at 2 ranks (rows rounded up) to the full parameters held at the worst moment of "
+                      "forward, then compare with CAPACITY.")),
     ],
 )

@@ -22,6 +22,7 @@ from autograder.checks import Check, matches_reference, params_identical_across_
     shares_disjoint_and_covering
 from autograder.exercises import Exercise
 from autograder.exercises.ex2_2 import _checkpoint
+from autograder.hints import Hint
 from autograder.reference import flat, sampler_shares, trained_on_shares
 from ddpcourse import TinyNet, make_model, toy_dataset
 
@@ -236,6 +237,98 @@ def _gpu_of_the_local_rank(runs):
                         f"each worker uses the GPU of its LOCAL_RANK")
 
 
+# check -> its hints; 4.3 uses those of the checks it shares with this exercise.
+HINTS = {
+    "group": Hint(
+        idea="Under torchrun each worker is already started and told its place in the job (RANK and WORLD_SIZE in its "
+             "environment): it joins the job's process group once, as that rank. Under plain python the script is "
+             "a job of one and joins no group.",
+        section="2. One script for every launch",
+        where="Look at the top of your script, where it decides whether a launcher started it and joins the process "
+              "group.",
+        how="Join the group only when the launcher's variables are set, and leave the rank and the world size to "
+            "the environment instead of passing numbers of your own. Start no processes yourself: the launcher "
+            "already started one per rank.",
+        lines_of=("init_process_group",)),
+    "share": Hint(
+        idea="Each launch splits every epoch's samples among its ranks by the place the launcher gave each one, in "
+             "an order that depends only on the seed and the epoch; under plain python the one process draws them "
+             "all, in that same order.",
+        section="2. One script for every launch",
+        where="Look where your script builds its sampler, and where the rank and the number of replicas it gives "
+              "the sampler come from.",
+        how="Use a DistributedSampler in every launch, under plain python too, given the job-wide RANK and "
+            "WORLD_SIZE from the environment, with a job of one as the default when they are not set. LOCAL_RANK "
+            "only picks the device, and an argument the launcher never passes keeps its default."),
+    "settings": Hint(
+        idea="The grader passes --epochs, --global-batch and --out on the command line: the script must train that "
+             "many epochs, split that many samples per step among its ranks, and write to that file.",
+        section="2. One script for every launch",
+        where="Look at your argument parser and at where its values are used: the epoch loop, the batch size of the "
+              "DataLoader and the path rank 0 saves to.",
+        how="Read every setting with argparse and use the parsed values in place of the constants. --global-batch "
+            "counts all ranks together, so each rank loads its part of it: the global batch divided by the world "
+            "size.",
+        lines_of=("set_epoch", "save")),
+    "identical": Hint(
+        idea="Under torchrun each rank computes gradients on its own share of the batch; DDP averages them across "
+             "the ranks in the backward pass, so every rank takes the same step and the replicas stay equal.",
+        section="2:5. Wrapping the model in DDP",
+        where="Look where your script builds the model it trains under torchrun, and at what the forward and "
+              "backward of your training loop go through.",
+        how="When a launcher started the script, wrap the model in DistributedDataParallel once it is on its device, "
+            "and train through the wrapper; under plain python train the model itself."),
+    "same_model": Hint(
+        idea="With the same global batches, the same starting model and the same optimizer, every launch trains the "
+             "weights one process trains, up to float rounding: the grader compares each launch with that.",
+        section="2. One script for every launch",
+        where="Look at what your training uses besides the data: the model you build, the optimizer and its "
+              "settings, the loss, and the learning rate from the command line.",
+        how="Keep the training of the script handed out: the seeded model, SGD with momentum at the learning rate "
+            "of --lr, cross-entropy, and each rank its share of every global batch. If the checks above fail too, "
+            "fix them first: they often cause this one."),
+    "writer": Hint(
+        idea="The ranks hold the same weights, so one process writes the file for the whole job: global rank 0, in "
+             "every launch.",
+        section="2:7. Saving a checkpoint: once, from rank 0, without `module.`",
+        where="Look at the condition in front of your torch.save, and at which rank it tests.",
+        how="Let only the process whose global rank is 0 write, with rank 0 as the default under plain python. "
+            "LOCAL_RANK 0 exists once on every machine, so testing it gives one writer per machine.",
+        lines_of=("save",)),
+    "file": Hint(
+        idea="The file must hold the final trained weights under the plain model's names, so that a TinyNet can "
+             "load it without DDP.",
+        section="2:7. Saving a checkpoint: once, from rank 0, without `module.`",
+        where="Look at what your torch.save is given, and where in the script it runs.",
+        how="Save the state dict of the model itself, not of the DDP wrapper (whose keys start with module.), and "
+            "save it after the last epoch, so that it holds the final weights.",
+        lines_of=("save",)),
+    "destroyed": Hint(
+        idea="A rank that joined a process group leaves it when it is done with communication, so that it exits "
+             "cleanly.",
+        section="2:8. `destroy_process_group()` at the end",
+        where="Look at the end of your script, on the path a torchrun launch takes.",
+        how="Once the training and the save are done, have every rank that joined the group call "
+            "destroy_process_group; under plain python there is no group to leave.",
+        lines_of=("destroy_process_group",)),
+    "defaults": Hint(
+        idea="Run with no arguments, the script must train exactly as the script handed out did: its constants "
+             "become the defaults of the command line.",
+        section="2. One script for every launch",
+        where="Look at the default of each option in your argument parser, and compare it with the constant it "
+              "replaced.",
+        how="Give each option the value of the constant it replaces as its default: the epochs, the global batch, "
+            "the learning rate and the file name of the script handed out."),
+    "gpu": Hint(
+        idea="On a machine with GPUs each worker claims the GPU of its place on that machine, LOCAL_RANK, not of its "
+             "place in the whole job.",
+        section="2:4. One device per process",
+        where="Look where your script chooses its device, and which rank it uses for that.",
+        how="Pick the device from LOCAL_RANK, read from the environment, and put the model and every batch on it; "
+            "under plain python the one process takes the first device."),
+}
+
+
 EXERCISE = Exercise(
     id="4.1",
     title="one script for every launch",
@@ -251,29 +344,24 @@ EXERCISE = Exercise(
         runs_to_the_end("every launch runs to the end: python, torchrun with 1, 2 and 3 processes, on 2 machines, and "
                         "with no arguments", 3),
         Check("under torchrun each worker joins one process group at the rank and size torchrun gave it", 2,
-              _with_arguments(_one_group_at_the_launchers_place), needs="partial",
-              hint="init_process_group(backend) only when RANK is set; no mp.spawn, no rank or world size of your own"),
+              _with_arguments(_one_group_at_the_launchers_place), needs="partial", hint=HINTS["group"]),
         Check("each rank draws its own share of the data: the launcher's rank and world size", 2,
-              _with_arguments(_own_share_of_the_data),
-              hint="DistributedSampler(dataset, num_replicas=world_size, rank=rank) with RANK and WORLD_SIZE from "
-                   "the environment (1 and 0 when they are not set)"),
+              _with_arguments(_own_share_of_the_data), hint=HINTS["share"]),
         Check("settings from the command line: --epochs, --global-batch (all ranks together) and --out", 2,
-              _with_arguments(_settings_from_the_command_line),
-              hint="argparse; per-rank batch = global batch // world size"),
+              _with_arguments(_settings_from_the_command_line), hint=HINTS["settings"]),
         Check("parameters identical on all ranks after every optimizer step", 1, _with_arguments(params_identical_across_ranks),
-              hint="wrap the model in DDP under torchrun"),
+              hint=HINTS["identical"]),
         Check("every launch trains the same model as one process on the same global batches", 3,
-              _with_arguments(_same_model_every_launch), hint="SGD(lr=args.lr, momentum=0.9) on cross_entropy, make_model(seed=0)"),
+              _with_arguments(_same_model_every_launch), hint=HINTS["same_model"]),
         Check("exactly one writer in every launch: global rank 0", 1, _with_arguments(_one_writer),
-              hint="if rank == 0: torch.save(...), with rank 0 under python too"),
+              hint=HINTS["writer"]),
         Check("the file saved holds the trained weights of a plain TinyNet", 1, _with_arguments(_file_holds_the_trained_model),
-              hint="torch.save(model.state_dict(), args.out) after the last epoch: the model, not the DDP wrapper"),
+              hint=HINTS["file"]),
         Check("process group destroyed at the end of every torchrun launch", 1, _with_arguments(_destroyed),
-              hint="if distributed: dist.destroy_process_group()"),
+              hint=HINTS["destroyed"]),
         Check("with no arguments it trains with the defaults the script had: 2 epochs, global batches of 16, lr 0.1, "
-              "into weights.pt", 2, _defaults_kept,
-              hint="argparse's default= keeps the constants the script was handed out with"),
+              "into weights.pt", 2, _defaults_kept, hint=HINTS["defaults"]),
         Check("on GPUs each worker trains on the GPU of its LOCAL_RANK", 1, _with_arguments(_gpu_of_the_local_rank), gpu_only=True,
-              hint="device = torch.device('cuda', local_rank) with LOCAL_RANK from the environment"),
+              hint=HINTS["gpu"]),
     ],
 )

@@ -23,6 +23,7 @@ import torch
 from autograder import jobs
 from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
+from autograder.hints import Hint
 from autograder.reference import nearest_samples
 from ddpcourse import TinyNet, toy_dataset
 
@@ -442,30 +443,113 @@ def _samples(values: list[float]) -> list[int]:
     return nearest_samples(values, toy_dataset(n=N, seed=0))[0]
 
 
+# check -> its hints (4.4 judges by these checks without them; 4.5 shares EVERY_K's).
+SNAPSHOTS = "3. Fault tolerance: restarts and snapshots"
+HINTS = {
+    "restarted": Hint(
+        idea="The grader kills a worker at a planned point, a step or a snapshot's write, and torchrun's "
+             "--max-restarts then starts the whole group again; the check looks for that second attempt.",
+        section=SNAPSHOTS,
+        where="Look at whether your script reaches the planned point: every optimizer step of the run, and the "
+              "snapshot files rank 0 writes. The message says which point was never reached.",
+        how="The grader's command already allows the restarts: your script only has to train every step and write "
+            "its snapshots from rank 0 as the exercise asks, so that the kill lands where it was planned.",
+        lines_of=("save",)),
+    "holds": Hint(
+        idea="A restart starts new processes from the first line of the script: only what the snapshot holds "
+             "survives. It holds at least the model's weights, the optimizer's state (the momentum) and a number "
+             "saying where the run is, all taken after the same step.",
+        section=SNAPSHOTS,
+        where="Look at what your rank 0 puts in the snapshot, and at the point of the loop where it writes it.",
+        how="Put in the snapshot the state dicts of the model being trained and of its optimizer, and the count of "
+            "steps taken (or another whole number that says where the run is), right after the optimizer step it "
+            "follows. Anything else the next step depends on belongs there too.",
+        lines_of=("save",)),
+    "every_k": Hint(
+        idea="A kill loses the steps since the last snapshot: with one after every --snapshot-every optimizer steps, "
+             "counted across epochs, it never loses that many.",
+        section=SNAPSHOTS,
+        where="Look at the condition that decides when rank 0 writes a snapshot, and at the counter it tests.",
+        how="Count optimizer steps in one counter that runs across epochs and goes on from the snapshot after a "
+            "restart, and put a whole snapshot in place each time that count reaches a multiple of --snapshot-every, "
+            "not at the end of an epoch.",
+        lines_of=("save",)),
+    "writer": Hint(
+        idea="Every rank holds the same weights, so one process writes the snapshot for the whole job: global rank "
+             "0, on one machine or several.",
+        section=SNAPSHOTS,
+        where="Look at the condition in front of every torch.save of your script, and at which rank it tests.",
+        how="Let only the process whose global rank is 0 call torch.save; LOCAL_RANK 0 exists on every machine. The "
+            "other ranks still take part in anything the snapshot needs from them, but write nothing.",
+        lines_of=("save",)),
+    "atomic": Hint(
+        idea="A kill in the middle of writing the snapshot's own file leaves half a file that no restart can load; a "
+             "snapshot finished under another name and then renamed onto its path leaves the previous one whole.",
+        section="Break it: a kill during the save",
+        where="Look at the code that writes your snapshot: the path torch.save writes to, and how the file then "
+              "reaches the snapshot's path.",
+        how="Have the whole file ready under another name in the snapshot's own directory, then put it in place with "
+            "one atomic rename, such as os.replace. Never write or copy onto the snapshot's path itself: a copy, "
+            "or a move from another file system, writes its bytes there again.",
+        lines_of=("save",)),
+    "goes_on": Hint(
+        idea="A restarted job is new processes: each of them must start from what the snapshot holds, the same "
+             "weights, the same optimizer state and the same epoch on every rank, so that they go on as one.",
+        section=SNAPSHOTS,
+        where="Look at the start of your script, where it looks for a snapshot, and at what each rank does with it "
+              "before it trains.",
+        how="When a snapshot exists, make every rank restore the model's weights and the optimizer's state and take "
+            "the run's place from it, whether each rank loads the file or rank 0 loads it and sends it to the others.",
+        lines_of=("load",)),
+    "read_after": Hint(
+        idea="A rank that reads the snapshot while rank 0 is still writing it gets the previous snapshot or none, "
+             "depending on which process is faster.",
+        section=SNAPSHOTS,
+        where="Look at where your ranks read the snapshot, and at what makes them wait for rank 0's write to end.",
+        how="Put something every rank passes between rank 0's write and any other rank's read, such as a barrier "
+            "after the save, or let the other ranks never read the file and receive what rank 0 read instead.",
+        lines_of=("load",)),
+    "not_twice": Hint(
+        idea="The snapshot says how many steps were done; a restart that trains any of them again wastes the work "
+             "and no longer follows the uninterrupted run.",
+        section=SNAPSHOTS,
+        where="Look at where your training loop starts after a resume: the first epoch it runs, and the first batch "
+              "it trains in that epoch.",
+        how="From the snapshot's step work out its epoch and how many of that epoch's batches were already trained; "
+            "start the loop in that epoch, skip exactly those batches there, and none in the epochs after."),
+    "bit_for_bit": Hint(
+        idea="A resumed run ends with the uninterrupted run's weights, bit for bit, only if every step after the "
+             "restart gets exactly what that run's step got: weights, samples, noise, learning rate and optimizer "
+             "state. The message says what differed first.",
+        section=SNAPSHOTS,
+        where="Read which step the message says differed first and in what, then look at the part of your snapshot "
+              "and of your resume that should carry that one thing.",
+        how="Whatever the next step depends on must come back exactly after a restart: keep it in the snapshot and "
+            "restore it, on every rank its own where ranks differ, or make it depend on the step alone. That covers "
+            "the optimizer's and the schedule's state, each rank's random generator and the place in the data."),
+}
+
 CHECKS = [
     runs_to_the_end("every job finishes: never interrupted, and after each kill", 3),
     Check("after each kill torchrun restarted the workers (TORCHELASTIC_RESTART_COUNT 1)", 1, _restarted,
-          needs="partial", hint="torchrun --max-restarts restarts the whole group; the script only has to resume"),
+          needs="partial", hint=HINTS["restarted"]),
     Check("the snapshot holds the model, the optimizer's state and where the run is", 2,
-          _snapshot_holds_model_optimizer_position,
-          hint='torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, ...}, ...)'),
-    Check("snapshots written by one rank: global rank 0", 1, _one_writer, needs="partial",
-          hint="if rank == 0: save the snapshot"),
+          _snapshot_holds_model_optimizer_position, hint=HINTS["holds"]),
+    Check("snapshots written by one rank: global rank 0", 1, _one_writer, needs="partial", hint=HINTS["writer"]),
     Check("a snapshot is written atomically: a kill during the write leaves the last one whole", 2, _atomic,
-          needs="partial", hint="torch.save(state, path + '.tmp'); os.replace(path + '.tmp', path)"),
+          needs="partial", hint=HINTS["atomic"]),
     Check("after a restart every rank goes on from the snapshot: its weights, optimizer state and epoch", 1,
-          _goes_on_from_the_snapshot,
-          hint="if os.path.exists(args.snapshot): every rank torch.load()s it and restores model and optimizer"),
+          _goes_on_from_the_snapshot, hint=HINTS["goes_on"]),
     Check("every rank reads a snapshot only once rank 0 has finished writing it", 1, _reads_after_the_write,
-          needs="partial", hint="if rank == 0: save the snapshot; then dist.barrier() before any rank reads it"),
+          needs="partial", hint=HINTS["read_after"]),
     Check("no step a snapshot held is trained again: the restart resumes after the last whole snapshot", 3,
-          _no_step_trained_twice, hint="go on at the snapshot's step: its epoch, and the batches of it left"),
+          _no_step_trained_twice, hint=HINTS["not_twice"]),
     Check("after each kill the final weights equal the uninterrupted run's, bit for bit", 3, _bit_for_bit,
           needs="all",  # a killed job that never finished has no final weights: nothing else can stand for them
-          hint="restore everything the next step depends on: weights, optimizer, schedule, generators, position"),
+          hint=HINTS["bit_for_bit"]),
 ]
 EVERY_K = Check("a snapshot after every --snapshot-every steps: a kill loses fewer than that many", 2,
-                _every_k_steps, hint="a step counter across epochs; snapshot when step % args.snapshot_every == 0")
+                _every_k_steps, hint=HINTS["every_k"])
 
 EXERCISE = Exercise(
     id="4.2",

@@ -16,8 +16,9 @@ import secrets
 from autograder import jobs, nodes
 from autograder.checks import Check, params_identical_across_ranks, runs_to_the_end
 from autograder.exercises import Exercise
-from autograder.exercises.ex4_1 import ARGS, _destroyed, _file_holds_the_trained_model, _gpu_of_the_local_rank, \
-    _one_writer, _own_share_of_the_data, _same_model_every_launch, _work, place
+from autograder.exercises.ex4_1 import ARGS, HINTS as HINTS_4_1, _destroyed, _file_holds_the_trained_model, \
+    _gpu_of_the_local_rank, _one_writer, _own_share_of_the_data, _same_model_every_launch, _work, place
+from autograder.hints import Hint
 from autograder.reference import flat
 from ddpcourse import make_model
 
@@ -86,6 +87,44 @@ def _one_job(runs):
             return f"{world.label}: the workers have RANK {ranks}, not 0 to {WORLD - 1}, one each"
 
 
+# check -> its hints; those of the checks 4.1 has too are 4.1's.
+HINTS = {
+    "one_job": Hint(
+        idea="Two torchrun agents form one job only when they meet in the same rendezvous and agree on its size; "
+             "then torchrun numbers the workers RANK 0 upwards across the machines, and LOCAL_RANK from 0 on each.",
+        section="4. Several machines",
+        where="Compare your two strings in NODE_COMMANDS option by option; the message says what kept the agents "
+              "apart or what the workers were told.",
+        how="Give both commands the same number of machines, the same number of workers per machine and the same "
+            "rendezvous: with c10d the same backend, endpoint ($HEAD and $PORT) and id ($JOB_ID); with the static "
+            "rendezvous the same master address and port, and a node rank of its own for each machine, 0 at $HEAD."),
+    "share": Hint(
+        idea="On two machines LOCAL_RANK repeats: it is a worker's place on its machine, RANK its place in the whole "
+             "job. A sampler given LOCAL_RANK deals the same shares on both machines, and half the data is never "
+             "drawn.",
+        section="The environment of a worker",
+        where="Look where your script builds its DistributedSampler, and at which of the launcher's variables its "
+              "rank comes from.",
+        how="Give the sampler the worker's RANK and the job's WORLD_SIZE, both from the environment; LOCAL_RANK only "
+            "picks the device."),
+    "writer": Hint(
+        idea="One process writes the file for the whole job: global rank 0. On one machine LOCAL_RANK 0 is the same "
+             "process; on two there is one on each machine.",
+        section="The environment of a worker",
+        where="Look at the condition in front of your torch.save, and at which rank it tests.",
+        how="Test the worker's global rank, RANK, in front of the save; LOCAL_RANK 0 exists on every machine.",
+        lines_of=("save",)),
+    "same_model": Hint(
+        idea="A job of 4 ranks on two machines trains the weights one process trains on the same global batches, up "
+             "to float rounding, when each rank takes its own part of every global batch.",
+        section="2. One script for every launch",
+        where="Look at how your script splits a step's samples: the sampler's rank and number of replicas, and the "
+              "batch size each rank loads.",
+        how="Keep the global batch of --global-batch whatever the number of ranks: each rank loads the global batch "
+            "divided by the job's WORLD_SIZE, from its own share of the data. If the checks above fail too, fix them "
+            "first: they often cause this one."),
+}
+
 EXERCISE = Exercise(
     id="4.3",
     title="two machines on one",
@@ -99,22 +138,19 @@ EXERCISE = Exercise(
     checks=[
         runs_to_the_end("the job of two machines runs to the end", 2),
         Check(f"one job of {WORLD} workers: {MACHINES} agents of {PER_MACHINE}, RANK 0-{WORLD - 1}, LOCAL_RANK 0 and 1 "
-              "on each machine", 3, _one_job, needs="partial",
-              hint="the same --nnodes, rendezvous backend, endpoint ($HEAD:$PORT) and id ($JOB_ID) on both machines; "
-                   "with the static rendezvous, --node-rank 0 and 1"),
+              "on each machine", 3, _one_job, needs="partial", hint=HINTS["one_job"]),
         Check("each rank draws its own share of the data across the whole job: RANK and WORLD_SIZE", 2,
-              _own_share_of_the_data,
-              hint="DistributedSampler(num_replicas=WORLD_SIZE, rank=RANK): LOCAL_RANK only picks the device"),
+              _own_share_of_the_data, hint=HINTS["share"]),
         Check("exactly one writer in the job: global rank 0, not one per machine", 2, _one_writer,
-              hint="if RANK == 0: torch.save(...); LOCAL_RANK 0 is on every machine"),
+              hint=HINTS["writer"]),
         Check("parameters identical on all ranks after every optimizer step", 1, params_identical_across_ranks,
-              hint="wrap the model in DDP under torchrun"),
+              hint=HINTS_4_1["identical"]),
         Check("the job trains the same model as one process on the same global batches", 2,
-              _same_model_every_launch, hint="per-rank batch = global batch // WORLD_SIZE"),
+              _same_model_every_launch, hint=HINTS["same_model"]),
         Check("the file saved holds the trained weights of a plain TinyNet", 1, _file_holds_the_trained_model,
-              hint="torch.save(model.module.state_dict(), args.out) on rank 0, after the last epoch"),
-        Check("process group destroyed at the end", 1, _destroyed, hint="dist.destroy_process_group()"),
+              hint=HINTS_4_1["file"]),
+        Check("process group destroyed at the end", 1, _destroyed, hint=HINTS_4_1["destroyed"]),
         Check("on GPUs each worker trains on the GPU of its LOCAL_RANK", 1, _gpu_of_the_local_rank, gpu_only=True,
-              hint="device = torch.device('cuda', local_rank) with LOCAL_RANK from the environment"),
+              hint=HINTS_4_1["gpu"]),
     ],
 )

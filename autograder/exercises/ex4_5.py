@@ -22,6 +22,7 @@ from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
 from autograder.exercises.ex4_2 import (ARGS, EVERY, EVERY_K, GLOBAL_BATCH, N, STEPS, _inputs, _lr, _resume_point,
                                        _samples, _work, steps)
+from autograder.hints import Hint
 from ddpcourse import toy_dataset
 
 LOST_AFTER = 13  # the lost machine's worker's step: the last whole snapshot before it holds step 10
@@ -214,6 +215,56 @@ def _noise_kept(runs):
                 "input, drawn so that it does not depend on the world size")
 
 
+# check -> its hints (EVERY_K's are 4.2's).
+ELASTIC = "Elastic ranges, live"
+HINTS = {
+    "went_on": Hint(
+        idea="In an elastic job the survivors' agents start their workers again in a smaller group once the lost "
+             "machine is forgotten; the check looks for the survivor's new worker, at world size 1.",
+        section=ELASTIC,
+        where="Look at whether your script trains every step on both machines before the loss, and at how it "
+              "starts: it must start at whatever world size the new round gives it.",
+        how="The grader's command makes the job elastic: your script only has to train every step, and at every "
+            "start read its rank and world size afresh from the launcher, with nothing tied to the size of the job "
+            "before."),
+    "left": Hint(
+        idea="After the loss the survivor goes on at the step after the last whole snapshot, alone: where the run "
+             "was must be kept in a number that means the same at any world size.",
+        section=ELASTIC,
+        where="Look at what your snapshot records as the run's place, and at how your resume turns it into the "
+              "epoch and the batch to start at.",
+        how="Keep the global step, the optimizer steps of the whole job, in the snapshot, and work out the epoch and "
+            "the place in it from that step and the global batch, never from this rank's batch size or the samples "
+            "it has read."),
+    "same": Hint(
+        idea="Every job, at 1, 2 or 3 ranks or after losing a machine, takes each step as one process takes it, up "
+             "to rounding: the same global batch, the same noise on each sample, the same learning rate, and after a "
+             "resume the same optimizer state.",
+        section=ELASTIC,
+        where="Read which step the message says parted first and what it was given differently, then look at the "
+              "part of your script that decides that: the batch split, the noise, the schedule or the resume.",
+        how="Make everything a step uses depend on the step alone, never on the world size or on which rank holds a "
+            "sample: each rank takes its share of the same global batch, a sample's noise comes out the same "
+            "whichever rank draws it, the schedule counts global steps, and the snapshot restores the optimizer."),
+    "shares": Hint(
+        idea="Each step's global batch is dealt out among the ranks: each trains on its own part, the parts apart "
+             "and together the whole batch, so that more ranks make the job faster.",
+        section=ELASTIC,
+        where="Look at how your script picks this rank's samples for a step: the sampler's rank and number of "
+              "replicas, and the batch size each rank loads.",
+        how="Give each rank its own part of every step's --global-batch samples, the global batch divided by the "
+            "world size, apart from the other ranks' parts (a DistributedSampler given the job's rank and world size "
+            "deals them out), and keep the model wrapped in DDP."),
+    "noise": Hint(
+        idea="The script adds random noise to every input; making that noise the same at any world size must not "
+             "drop it or shrink it.",
+        section=ELASTIC,
+        where="Look at the line of your training step that adds noise to the inputs, and at what it adds to each of "
+              "this rank's samples.",
+        how="Keep adding noise to every input, at the scale of the script handed out, and draw it so that each "
+            "sample's noise depends neither on the world size nor on the rank that holds the sample."),
+}
+
 EXERCISE = Exercise(
     id="4.5",
     title="lose a machine, keep training: the same run at any world size",
@@ -226,17 +277,13 @@ EXERCISE = Exercise(
     checks=[
         runs_to_the_end("every job finishes: at 1, 2 and 3 processes, and the one that lost a machine", 2),
         Check("after losing a machine the job goes on: torchrun restarts the survivor's worker at world size 1", 1,
-              _survivor_went_on, needs="partial",
-              hint="torchrun --nnodes=1:2 restarts the survivors in a smaller group; the script has to run at any size"),
+              _survivor_went_on, needs="partial", hint=HINTS["went_on"]),
         EVERY_K,
         Check("the survivor goes on after the last whole snapshot: no step trained twice, none skipped", 2,
-              _no_step_twice_or_skipped, hint="keep the global step in the snapshot; it says where the run is at any size"),
+              _no_step_twice_or_skipped, hint=HINTS["left"]),
         Check("the same training at any world size, a machine lost or not: every step as one process takes it", 4,
-              _same_training_at_any_world_size, needs="partial",
-              hint="the global batch, the schedule and every sample's noise must not depend on the world size"),
-        Check("each rank trains on its own share of every step's global batch", 2, _own_shares,
-              hint="each rank its share of --global-batch, apart from the others': DistributedSampler deals them out"),
-        Check("every input still carries its noise", 2, _noise_kept,
-              hint="x + 0.05 * noise for every sample, the noise drawn the same way at any world size"),
+              _same_training_at_any_world_size, needs="partial", hint=HINTS["same"]),
+        Check("each rank trains on its own share of every step's global batch", 2, _own_shares, hint=HINTS["shares"]),
+        Check("every input still carries its noise", 2, _noise_kept, hint=HINTS["noise"]),
     ],
 )

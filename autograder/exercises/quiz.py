@@ -113,8 +113,9 @@ def not_started(code: str) -> bool:
 
 
 def questions(lesson: int, asked: dict[str, tuple[str, str]], accepted: dict[str, set[str]],
-              digest: Callable[[str, str], str]) -> list[Check]:
-    """One check of one point per question: name -> (check name, where the lesson explains it)."""
+              digest: Callable[[str, str], str], hints: dict | None = None) -> list[Check]:
+    """One check of one point per question: name -> (check name, where the lesson explains it); ``hints``, by
+    question, the steps towards working it out (hints.Hint), never the answer."""
 
     def question(key: str, where: str):
         def verify(runs):
@@ -127,7 +128,7 @@ def questions(lesson: int, asked: dict[str, tuple[str, str]], accepted: dict[str
                 return f"{NAME}[{key!r}] = {str(given[key])[:40]!r} is not right; lesson {lesson}, {where}, explains it"
         return verify
 
-    return [Check(name, 1, question(key, where)) for key, (name, where) in asked.items()]
+    return [Check(name, 1, question(key, where), hint=(hints or {}).get(key, "")) for key, (name, where) in asked.items()]
 
 
 def normal(answer) -> str:
@@ -150,9 +151,10 @@ def digest_of(exercise_id: str) -> Callable[[str, object], str]:
     return digest
 
 
-def concept_check(exercise_id: str, asked: dict[str, tuple[str, str]], accepted: dict[str, set[str]], digest):
+def concept_check(exercise_id: str, asked: dict[str, tuple[str, str]], accepted: dict[str, set[str]], digest,
+                  hints: dict | None = None):
     """The Exercise of a lesson's concept check: one point per question, the answers in ANSWERS."""
     from autograder.exercises import Exercise
 
     return Exercise(id=exercise_id, title="concept check", kind="answers", entry=NAME, on_cpu=True,
-                    world_sizes=(1,), checks=questions(int(exercise_id.split(".")[0]), asked, accepted, digest))
+                    world_sizes=(1,), checks=questions(int(exercise_id.split(".")[0]), asked, accepted, digest, hints))
