@@ -80,9 +80,25 @@ def serve(root: Path) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         hosts.close()
         if _gone(kernel):  # nobody else will clean up after it
-            for path in root.parent.glob(f"{kernel_prefix(kernel)}*"):  # this work directory and its log,
-                files.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)  # the cell's file
+            _remove(list(root.parent.glob(f"{kernel_prefix(kernel)}*")))  # this work directory, its log, the cell
     return 0
+
+
+def _remove(paths: list[Path], wait: float = 5.0):
+    """Remove each path; one that fails (a rank of the stopped host still ending as its directory is emptied) is
+    tried again for a few seconds, and never keeps the others from going."""
+    from autograder import files
+
+    deadline = time.monotonic() + wait
+    for path in paths:
+        while True:
+            try:
+                files.remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
 
 
 def _watch(kernel: int, every: float = 0.2):
@@ -144,6 +160,7 @@ def _alive(pid: int) -> bool:
 
 
 def _end(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the kernel's death may signal twice: unwind once, clean up
     raise SystemExit(0)
 
 
