@@ -241,6 +241,7 @@ CAUGHT_BY = {
     ("4.1", "wrong_barrier_on_rank0_only"): {RUNS["4.1"]},
     ("4.1", "wrong_sets_its_own_master_port"): {RUNS["4.1"]},
     ("4.1", "wrong_sampler_local_rank"): {SHARE, SAME_MODEL},
+    ("4.1", "wrong_no_set_epoch"): {SAME_MODEL},
     ("4.3", "wrong_rdzv_id_per_machine"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_same_node_rank"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_one_node_each"): {RUNS["4.3"], ONE_JOB},
@@ -264,6 +265,8 @@ CAUGHT_BY = {
     ("4.5", "wrong_whole_batch_on_every_rank"): {"each rank trains on its own share of every step's global batch"},
     ("4.5", "wrong_place_in_own_samples"): {STEPS_LEFT},
     ("4.5", "wrong_resumes_from_the_start"): {STEPS_LEFT},
+    ("4.2", "wrong_drops_the_noise"): {"the uninterrupted run trains as the script handed out: its noise and its learning-rate schedule"},
+    ("4.2", "wrong_drops_the_schedule"): {"the uninterrupted run trains as the script handed out: its noise and its learning-rate schedule"},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},
     ("4.2", "wrong_resume_weights_only"): {BIT_FOR_BIT},
     ("4.2", "wrong_no_scheduler_state"): {BIT_FOR_BIT},
@@ -283,6 +286,7 @@ CAUGHT_BY = {
     ("2.1", "wrong_rank_as_local_rank"): {"rank, local rank and world size come from the launcher's environment"},
     ("2.1", "wrong_nccl_on_cpu"): {RUNS["2.1"], "backend: gloo on CPUs, nccl on GPUs"},
     ("2.1", "wrong_swapped_return"): {"rank, local rank and world size come from the launcher's environment"},
+    ("2.1", "wrong_ranks_as_strings"): {"rank, local rank and world size come from the launcher's environment"},
     ("2.1", "wrong_setup_joins_nothing"): {"process group initialized when setup() returns"},
     ("2.1", "wrong_fixed_port"): {RUNS["2.1"], "rendezvous through the launcher's environment (no hard-coded address or port)"},
     ("2.1", "wrong_no_sampler"): {"each epoch the ranks' samples are disjoint and cover the dataset"},
@@ -293,6 +297,7 @@ CAUGHT_BY = {
     ("2.2", "wrong_no_set_epoch"): {ORDER_2_2},
     ("2.2", "wrong_sampler_unshuffled"): {ORDER_2_2},
     ("2.2", "wrong_set_epoch_zero"): {ORDER_2_2},
+    ("2.2", "wrong_set_epoch_after_the_epoch"): {ORDER_2_2},
     ("2.2", "wrong_batch_times_world_size"): {"each process's batch is BATCH_SIZE samples"},
     ("2.2", "wrong_barrier_before_backward_on_rank0"): {RUNS["2.2"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("2.2", "wrong_every_rank_saves"): {"exactly one checkpoint writer: global rank 0"},
@@ -313,6 +318,7 @@ CAUGHT_BY = {
     ("2.3", "wrong_sampler_padding"): {"every sample scored exactly once across the ranks"},
     ("2.3", "wrong_reduce_on_rank0_only"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("2.3", "wrong_rank0_scores_all"): {"every rank scores its own share of the samples"},
+    ("2.3", "wrong_returns_a_tensor"): {"returns a number on every rank"},
     ("2.4", "wrong_no_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},
     ("2.4", "wrong_always_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},
     ("2.4", "wrong_unscaled_loss"): {"equal to the single-process reference with the same windows"},
@@ -909,3 +915,8 @@ def test_no_exercise_is_passed_in_full_by_pasting_a_cell_of_its_lesson(lesson, p
         assert not tried, tried
     else:
         assert tried, "no cell of the lesson could even be graded: the test would prove nothing"
+
+
+def test_set_epoch_called_after_the_epochs_batches_is_told_as_that_not_as_the_same_number_twice():
+    check = {c.name: c for c in graded("2.2", "wrong_set_epoch_after_the_epoch").checks}[ORDER_2_2]
+    assert "each call came after that epoch's loader was read" in check.message, check.message

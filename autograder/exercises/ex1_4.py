@@ -231,7 +231,8 @@ HINTS = {
              "the input's gradient is a sum of one term per rank, and a plain all-reduce is invisible to "
              "autograd.",
         section="6. Tensor parallelism",
-        where="Look at the backward methods of your two autograd functions, and at whether `tensor_parallel_mlp` "
+        where="If the output check fails too, the forward pass is the cause: fix it first. Otherwise look at the "
+              "backward methods of your two autograd functions, and at whether `tensor_parallel_mlp` "
               "puts both of them in autograd's graph (no detach, no `no_grad`): f on the input before the first "
               "multiplication, g on the partial result after the second.",
         how="Make f's backward sum the incoming gradient over the ranks and g's backward pass it on unchanged, "

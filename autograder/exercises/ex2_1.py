@@ -56,6 +56,11 @@ def _environment(runs):
             if g != w:
                 return (f"{world.label} ({world.layout.nodes} node(s)): rank {r.rank} "
                         f"returned {name} {g}, but the launcher set {w}")
+        types = r.result.get("types") or []
+        odd = [(name, t) for name, t in zip(names, types[:3]) if t != "int"]
+        if odd:
+            return (f"{world.label}: rank {r.rank} returned {', '.join(f'{n} as a {t}' for n, t in odd)}, not an int: "
+                    "the environment holds text, and a rank of '0' is never equal to 0")
 
 
 def _rendezvous(runs):
@@ -189,10 +194,10 @@ EXERCISE = Exercise(
                  "other ranks gives every process the whole dataset.",
             section="6. `DistributedSampler`: a different share of the data for each rank",
             where="The sampler your `build_loader` gives the DataLoader: whether it knows this process's rank and how "
-                  "many processes there are.",
+                  "many processes there are, and whether every process shuffles with the same seed.",
             how="Give the loader a sampler that deals each epoch's indices out among the processes by rank and world "
-                "size, each index to one process only; DistributedSampler does this, taking both from the process "
-                "group.")),
+                "size, each index to one process only, from one order that every process shuffles alike (the same "
+                "seed everywhere); DistributedSampler does this, taking both from the process group.")),
         Check("the order changes every epoch once set_epoch is called", 1, _order_changes, hint=Hint(
             idea="The order must change every epoch: the training loop tells the sampler the epoch through set_epoch, "
                  "and the sampler's shuffle must depend on it.",

@@ -138,15 +138,21 @@ def _order_changes_every_epoch(runs):
         repeated = next((e for e in range(1, EPOCHS) if orders[e] == orders[e - 1]), None)
         if repeated is not None:
             return (f"{world.label}: rank {r.rank} drew the same samples in the same order in epochs "
-                    f"{repeated - 1} and {repeated}{CAUSE}{_why_repeated(r, iters)}")
+                    f"{repeated - 1} and {repeated}{CAUSE}{_why_repeated(r, iters, repeated)}")
 
 
-def _why_repeated(r, iters) -> str:
+def _why_repeated(r, iters, repeated: int) -> str:
+    """The likely cause of epochs ``repeated - 1`` and ``repeated`` drawing the same order, from the epoch number
+    each iteration of the sampler ran under (what set_epoch had set by then)."""
     if not all(it.get("shuffle") for it in iters):
         return "its DistributedSampler was built with shuffle=False, so no epoch number changes the order"
     called = [e.get("epoch") for e in r.of("set_epoch")]
     if not called:
         return "set_epoch was never called, so the sampler shuffles with the same seed every epoch"
+    under = [it.get("epoch") for it in iters]
+    if len(set(called)) == len(called) and under[:repeated + 1] != sorted(called)[:repeated + 1]:
+        return (f"set_epoch was called with {called}, but the sampler was read under epoch numbers {under}: each "
+                "call came after that epoch's loader was read, so it changed only the next epoch's order")
     return f"set_epoch was called with {called}, so the sampler shuffled with the same seed twice"
 
 

@@ -27,6 +27,9 @@ def _returns_a_number(runs):
     for world, r in each_rank(runs):
         if not isinstance(r.result, numbers.Real):
             return f"{world.label}: rank {r.rank} returned {r.result}, not a number"
+        if (r.first("returned") or {}).get("tensor"):
+            return (f"{world.label}: rank {r.rank} returned a one-element tensor ({r.result:.6g}), not a Python "
+                    "float: the caller gets a tensor where the exercise promises a number")
 
 
 def _same_on_every_rank(runs):
@@ -37,8 +40,10 @@ def _same_on_every_rank(runs):
 
 
 def _each_sample_once(runs):
+    """Each sample scored by exactly one rank. A rank that scores its own samples twice (a second forward pass to log
+    the loss) splits the work right; counting them twice would show in the accuracy."""
     for world in runs:
-        shares = {r.rank: [i for e in r.of("scored") for i in e["indices"]] for r in world.ranks}
+        shares = {r.rank: list(dict.fromkeys(i for e in r.of("scored") for i in e["indices"])) for r in world.ranks}
         label = f"{world.label}"
         duplicated = [i for i, c in Counter(i for s in shares.values() for i in s).items() if c > 1]
         message = shares_disjoint_and_covering(shares, N, world.world_size, label)

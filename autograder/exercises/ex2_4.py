@@ -112,10 +112,12 @@ EXERCISE = Exercise(
         Check("equal to the single-process reference with the same windows", 3, _matches_reference, hint=Hint(
             idea="A window's step should use the mean gradient over its micro-batches and over the ranks, but "
                  "backward passes add their gradients up: left as a sum, a window of k micro-batches steps k times "
-                 "too far.",
+                 "too far; and gradients cleared inside a window, or never cleared after a step, step with too "
+                 "little or too much.",
             section="Averaged, not summed: the global batch and the learning rate",
             where="How your loop scales each micro-batch's loss (or the gradients) before the step, in full windows "
-                  "and in the short last one, and what is done to the gradients besides.",
+                  "and in the short last one, and where it clears the gradients: once after each step, never "
+                  "between the micro-batches of one window.",
             how="Divide by the number of micro-batches in the window each one belongs to, so that the accumulated "
                 "gradient is their mean (the short last window holds fewer than accum_steps); the mean over the ranks "
                 "is DDP's, with no sum of your own on top.")),

@@ -63,8 +63,12 @@ def run_as(seed: int, w: int, rule: tuple[str, str]) -> dict[str, list[torch.Ten
     return {"output": [y.detach() for y in ys], "input's gradient": [x.grad for x in xs]}
 
 
+OTHER = ("other", "other")  # batch norm with a mean and a variance of no rule the grader knows
+
+
 def rule_of(seed: int, w: int, rank: int, output: torch.Tensor) -> tuple[str, str] | None:
-    """The rule whose statistics the rank's output was normalized with, or None if no known one."""
+    """The rule whose statistics the rank's output was normalized with: a known one, OTHER for statistics of no known
+    rule, or None if the output is no batch norm at all."""
     x, _ = inputs(seed, w, rank)
     p = layer(seed)
     used = used_statistics(x, output, p["weight"], p["bias"])
@@ -77,7 +81,7 @@ def rule_of(seed: int, w: int, rank: int, output: torch.Tensor) -> tuple[str, st
             mean, var = statistics(xs, rank, (m, v))
             if close(used[0], mean) and close(used[1], var):
                 return m, v
-    return None
+    return OTHER
 
 
 def _channels(x: torch.Tensor) -> torch.Tensor:
@@ -112,6 +116,10 @@ def _output(runs):
                 return f"world size {w}: rank {r.rank}'s output was not recorded"
             if torch.allclose(kept["output"], want["output"][r.rank], **TOL):
                 continue
+            if not torch.isfinite(kept["output"]).all():
+                return (f"world size {w}, batches of {rows(w)} rows: rank {r.rank}'s output holds NaN or infinite "
+                        "values: a variance below zero, or a count of zero, under the square root; check the count "
+                        "behind each statistic (a channel has rows times length values on each rank)")
             return (f"world size {w}, batches of {rows(w)} rows: rank {r.rank}'s output "
                     + _what_it_used(rule_of(seed, w, r.rank, kept["output"])))
 
@@ -121,8 +129,8 @@ _SAID = {
     "mean of means": ("is normalized with the mean of the ranks' means; with batches of different sizes that is not "
                       "the mean of the whole batch: sum the values and the counts over the ranks, then divide"),
     "mean of variances": ("is normalized with the mean of the ranks' variances, which leaves out how far the ranks' "
-                          "means lie apart: all-reduce the sums of squares too, and take E[x^2] - E[x]^2 over the "
-                          "whole batch"),
+                          "means lie apart: the whole batch's variance also counts each rank's mean's distance from "
+                          "the global mean, weighted by its count"),
     "global unbiased": "is normalized with the unbiased variance; batch norm normalizes with the biased one (divide by n)",
 }
 _SAID["pooled"] = _SAID["mean of variances"].replace("the mean of the ranks' variances", "the ranks' variances, weighted by their counts")
@@ -131,6 +139,9 @@ _SAID["pooled"] = _SAID["mean of variances"].replace("the mean of the ranks' var
 def _what_it_used(rule: tuple[str, str] | None) -> str:
     if rule is None:
         return "is not batch norm with any mean and variance: not (x - mean) / sqrt(var + eps) * weight + bias, per channel"
+    if rule == OTHER:
+        return ("is batch norm, but with a mean and a variance that are not the whole batch's: each channel's "
+                "statistics are over every value it has on every rank, rows times length")
     mean, var = rule
     if rule == ("global", "global"):
         return ("has the job's mean and variance, but is not (x - mean) / sqrt(var + eps) * weight + bias: eps is "
@@ -154,6 +165,8 @@ def _running_statistics(runs):
             if used is None:
                 continue  # no statistics to follow: the output's check says what is wrong
             rule = rule_of(seed, w, r.rank, kept["output"])  # normalized with the unbiased variance: charged once
+            if rule == OTHER:
+                continue  # statistics of no known rule, so no count to follow them with: the output's check says so
             problem = _updated_with(kept, used, start, _counts(x, used, w), rule is not None and rule[1] == "global unbiased")
             if problem:
                 return f"world size {w}: on rank {r.rank}, {problem}"
@@ -200,6 +213,8 @@ def _gradient(runs):
                 return f"world size {w}: rank {r.rank}'s gradient was not recorded"
             # the gradient of the forward this rank computed, right or not: a wrong forward is charged once
             rule = rule_of(seed, w, r.rank, kept["output"]) or ("global", "global")
+            if rule == OTHER:
+                continue  # no known forward to take the gradient of: the output's check says what is wrong
             run = run_as(seed, w, rule)
             if rule == ("global", "global") and not torch.allclose(kept["output"], run["output"][r.rank], **TOL):
                 continue  # the right statistics in another formula: the output's check says so

@@ -173,10 +173,10 @@ def _settings_from_the_command_line(runs):
     for world in runs:
         for r in world.ranks:
             _, _, size = place(world, r)
-            epochs = [e.get("epoch") for e in r.of("sampler_iter")]
-            if epochs and epochs != list(range(EPOCHS)):  # no sampler at all: the data check says so
-                return (f"{world.label}: rank {r.rank} went through epochs {epochs}, but the command line said "
-                        f"--epochs {EPOCHS} (set_epoch(epoch) at the top of each)")
+            passes = len(r.of("sampler_iter"))  # the epochs trained; their order is the data's concern
+            if passes and passes != EPOCHS:  # no sampler at all: the data check says so
+                return (f"{world.label}: rank {r.rank} went through its data {passes} time(s), but the command line "
+                        f"said --epochs {EPOCHS}")
             batches = {e.get("batch_size") for e in r.of("dataloader") if e.get("batch_size")}
             if batches and batches != {GLOBAL_BATCH // size}:
                 return (f"{world.label}: rank {r.rank} loads batches of {sorted(batches)[0]}, but --global-batch "

@@ -16,6 +16,7 @@ other samples, other noise, another learning rate, or stepped from another optim
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -65,6 +66,38 @@ def sampler_epochs(r) -> list:
 def planned(world) -> dict | None:
     """The kill this job planned, if any (its name says where)."""
     return getattr(world.plan, "fault", None)
+
+
+NOISE = 0.05  # the spread of the noise the script handed out adds to every input
+
+
+def schedule(step: int) -> float:
+    """The learning rate of the script handed out at optimizer step ``step`` (from 0): a cosine over the run."""
+    return LR * (1 + math.cos(math.pi * step / STEPS)) / 2
+
+
+def _trains_as_handed_out(runs):
+    """What the script handed out trains, kept: every step's learning rate on its cosine, and noise on every input
+    (a script that drops either has less to carry across a restart)."""
+    base = uninterrupted(runs)
+    if base is None or not base.ranks:
+        return None
+    r = base.ranks[0]
+    for k, lr in enumerate(e.get("lr") for e in r.of("optimizer_step")):
+        if isinstance(lr, (int, float)) and abs(lr - schedule(k)) > 1e-6 * LR:
+            return (f"{base.label}: step {k + 1} used learning rate {lr:.6g}, where the script's cosine schedule gives "
+                    f"{schedule(k):.6g}{CAUSE}the schedule was dropped or changed{FIX}keep the script's scheduler, "
+                    "stepped once after every optimizer step, and carry its state across a restart")
+    rows = next((step for step in _inputs(r) if step), None)
+    if rows:
+        dataset = toy_dataset(n=N, seed=0)
+        features = dataset.tensors[0].double()
+        samples, _ = nearest_samples(rows, dataset)
+        spread = (torch.as_tensor(rows, dtype=torch.float64).reshape(-1, features.shape[1]) - features[samples]).std().item()
+        if spread < NOISE / 2:
+            return (f"{base.label}: the first step's inputs are the dataset's samples with noise of spread "
+                    f"{spread:.3g}, not {NOISE}{CAUSE}the noise was dropped{FIX}keep the script's noise on every input, "
+                    "and carry each rank's generator across a restart")
 
 
 def uninterrupted(runs):
@@ -434,8 +467,10 @@ def _what_differs(world, base, step: int, k: int) -> str | None:
                     f"it on {wanted}{CAUSE}the restart did not go on at the snapshot's place in the data{FIX}skip, in the "
                     "snapshot's epoch only, the batches its step had already trained.")
         return (f"gave rank {r.rank} the samples of the uninterrupted run's step {n + 1} with other random noise"
-                f"{CAUSE}rank {r.rank}'s generator did not go on where it was{FIX}keep every rank's generator state in the "
-                "snapshot (rank 0 gathers them), and restore each rank's own on resume.")
+                f"{CAUSE}rank {r.rank}'s generator did not go on where it was: its state was not kept and restored, "
+                f"or the restart drew noise for the batches it skipped{FIX}keep every rank's generator state in the "
+                "snapshot (rank 0 gathers them), restore each rank's own on resume, and draw noise only for the "
+                "batches a step trains.")
     return None
 
 
@@ -548,6 +583,15 @@ CHECKS = [
           needs="all",  # a killed job that never finished has no final weights: nothing else can stand for them
           hint=HINTS["bit_for_bit"]),
 ]
+AS_HANDED_OUT = Check("the uninterrupted run trains as the script handed out: its noise and its learning-rate schedule", 2,
+                      _trains_as_handed_out, hint=Hint(
+    idea="Surviving a kill means carrying everything the next step depends on; the script handed out adds noise "
+         "from each rank's generator and follows a cosine schedule, and both must stay, uninterrupted or not.",
+    section=SNAPSHOTS,
+    where="Your training step: the line that adds noise to the inputs, and the scheduler stepped after each "
+          "optimizer step.",
+    how="Keep the script's training as it was handed out, noise and schedule included, and make the snapshot carry "
+        "what they need to go on: each rank's generator state and the scheduler's state."))
 EVERY_K = Check("a snapshot after every --snapshot-every steps: a kill loses fewer than that many", 2,
                 _every_k_steps, hint=HINTS["every_k"])
 
@@ -561,5 +605,5 @@ EXERCISE = Exercise(
     timeout=60.0,
     warm_imports=jobs.WARM_IMPORTS,
     work=_work,
-    checks=[*CHECKS[:3], EVERY_K, *CHECKS[3:]],
+    checks=[*CHECKS[:3], EVERY_K, *CHECKS[3:], AS_HANDED_OUT],
 )

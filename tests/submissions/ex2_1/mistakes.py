@@ -22,6 +22,10 @@ MISTAKES = {
     "wrong_batch_times_world_size": (
         "multiplies the batch size by the world size, although batch_size is per process",
         [("batch_size=batch_size,", "batch_size=batch_size * dist.get_world_size(),")]),
+    "wrong_ranks_as_strings": (
+        "returns the launcher's numbers as the environment holds them: text, not ints",
+        [("    return rank, local_rank, world_size, device\n",
+          '    return os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], device\n')]),
     "wrong_setup_joins_nothing": (
         "reads the launcher's numbers but never joins the process group",
         [('        dist.init_process_group("gloo")\n', ""), ('        dist.init_process_group("nccl")\n', "")]),

@@ -24,6 +24,11 @@ MISTAKES = {
     "wrong_sampler_unshuffled": (
         "a sampler that never shuffles: set_epoch is called, but the order is the same every epoch",
         [("DistributedSampler(dataset)", "DistributedSampler(dataset, shuffle=False)")]),
+    "wrong_set_epoch_after_the_epoch": (
+        "calls set_epoch(epoch) after the epoch's batches: each call changes only the next epoch's order",
+        [("        sampler.set_epoch(epoch)\n        for x, y in loader:\n",
+          "        for x, y in loader:\n"),
+         ("            optimizer.step()\n", "            optimizer.step()\n        sampler.set_epoch(epoch)\n")]),
     "wrong_set_epoch_zero": (
         "set_epoch(0) every epoch: called, but with the same number",
         [("sampler.set_epoch(epoch)", "sampler.set_epoch(0)")]),

@@ -5,6 +5,9 @@ PARSED = "    args = parser.parse_args()\n"
 RANK = '    rank = int(os.environ.get("RANK", 0))\n'
 
 MISTAKES = {
+    "wrong_no_set_epoch": (
+        "forgets sampler.set_epoch(epoch): every epoch draws the first epoch's order, on any launch",
+        [("        sampler.set_epoch(epoch)\n", "")]),
     "wrong_sampler_local_rank": (
         "gives the sampler LOCAL_RANK: the same as RANK on one machine, a share drawn twice on two",
         [("rank=rank, shuffle", "rank=local_rank, shuffle")]),

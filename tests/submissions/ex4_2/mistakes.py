@@ -8,6 +8,12 @@ SAVE = ('                    save_snapshot(args.snapshot, {"model": model.state_
 BARRIER = "                if distributed:\n                    dist.barrier()  # the snapshot is whole before any rank goes on\n"
 
 MISTAKES = {
+    "wrong_drops_the_noise": (
+        "takes the noise out of the script: no generator left to carry across a restart",
+        [("            x = x + 0.05 * torch.randn(x.shape, generator=noise)\n", "")]),
+    "wrong_drops_the_schedule": (
+        "never steps the scheduler: a constant learning rate, nothing of the schedule to carry",
+        [("            scheduler.step()\n", "")]),
     "correct_rank0_reads_and_broadcasts": (
         "rank 0 alone reads the snapshot and broadcasts what it read: every rank goes on from the same state",
         [(LOAD,
