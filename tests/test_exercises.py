@@ -111,6 +111,7 @@ CAUGHT_BY = {
     ("1.1", "wrong_broadcast_from_own_rank"): {RUNS["1.1"], "after broadcast_parameters every rank holds rank 0's weights"},
     ("1.1", "wrong_broadcast_on_rank0_only"): {RUNS["1.1"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("1.1", "wrong_frozen_crashes"): {"a frozen parameter (no gradient) is left alone, without an error"},
+    ("1.1", "wrong_zeros_for_the_frozen_too"): {"a frozen parameter (no gradient) is left alone, without an error"},
     ("1.1", "wrong_skips_missing_gradients"): {
         "a parameter unused on some ranks gets the mean over all ranks, zero where it had no gradient"},
     ("1.2", "wrong_gather_to_rank0"): {RING},

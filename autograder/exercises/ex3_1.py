@@ -227,7 +227,8 @@ def _gradient(runs):
             gap = (got - whole).abs().nan_to_num(float("inf")).max().item()
             return (f"world size {w}: rank {r.rank}'s gradient of x differs from global batch norm's by up to {gap:.3g}"
                     + (": the other ranks' losses depend on this rank's x through the shared mean and variance, so "
-                       "the backward pass needs an all-reduce too (dist.all_reduce alone is invisible to autograd)"
+                       "the backward pass needs an all-reduce too, of the ranks' sums, not their mean "
+                       "(dist.all_reduce alone is invisible to autograd)"
                        if w > 1 and rule[0] != "local" else ""))
 
 

@@ -26,6 +26,9 @@ MISTAKES = {
     "wrong_frozen_crashes": (
         "all-reduces every parameter's gradient, also a frozen parameter's, which is None",
         [(ZEROS, "        if True:\n")]),
+    "wrong_zeros_for_the_frozen_too": (
+        "gives every parameter without a gradient zeros, the frozen one too, and averages them",
+        [("        if p.requires_grad:\n            if p.grad is None:", "        if True:\n            if p.grad is None:")]),
     "wrong_skips_missing_gradients": (
         "skips a parameter whose gradient is None on this rank: the ranks' calls pair different parameters",
         [(ZEROS, "        if p.grad is not None:\n")]),
