@@ -230,12 +230,17 @@ def test_lesson_runs_in_jupyterlab(lab, page, lesson):
     assert files_under(lab[2]) == before, "the lesson left files beside the notebooks"
 
 
-def test_exercise_report_in_jupyterlab(lab, page):
+def exercise_2_3(page, lab):
+    """Lesson 2's problem set open with the grader loaded: exercise 2.3's cell and its check cell."""
     open_notebook(page, lab, f"exercises/{LESSON}")
     run_cell(page, code_cell(page, "%load_ext autograder"))
     wait_idle(page)
-    exercise = code_cell(page, "%%exercise 2.3")
-    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("2.3"'))
+    return code_cell(page, "%%exercise 2.3"), page.locator(".jp-CodeCell", has=page.locator(".cm-content",
+                                                                                          has_text='check("2.3"'))
+
+
+def test_exercise_report_in_jupyterlab(lab, page):
+    exercise, check = exercise_2_3(page, lab)
     if not INSTRUCTOR_TOOLS_ON:  # the check cells are the students' report; Validate is an instructor's tool
         assert page.locator(".jp-NotebookPanel-toolbar", has_text="Validate").count() == 0
 
@@ -294,11 +299,7 @@ def test_exercise_report_in_jupyterlab(lab, page):
 
 
 def test_the_stop_button_stops_a_check_and_leaves_one_line(lab, page):
-    open_notebook(page, lab, f"exercises/{LESSON}")
-    run_cell(page, code_cell(page, "%load_ext autograder"))
-    wait_idle(page)
-    exercise = code_cell(page, "%%exercise 2.3")
-    check = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text='check("2.3"'))
+    exercise, check = exercise_2_3(page, lab)
     endless = "import time\n\n\ndef evaluate(model, dataset, batch_size=16):\n    while True:\n        time.sleep(0.05)\n"
     run_cell(page, exercise, f"%%exercise 2.3\n{endless}")
     wait_idle(page)

@@ -76,6 +76,15 @@ def schedule(step: int) -> float:
     return LR * (1 + math.cos(math.pi * step / STEPS)) / 2
 
 
+def noise_spread(values) -> float:
+    """How far the rows a model was given lie from the dataset's samples nearest them: the noise's spread."""
+    dataset = toy_dataset(n=N, seed=0)
+    features = dataset.tensors[0].double()
+    samples, _ = nearest_samples(values, dataset)
+    rows = torch.as_tensor(values, dtype=torch.float64).reshape(-1, features.shape[1])
+    return (rows - features[samples]).std().item()
+
+
 def _trains_as_handed_out(runs):
     """What the script handed out trains, kept: every step's learning rate on its cosine, and noise on every input
     (a script that drops either has less to carry across a restart)."""
@@ -90,10 +99,7 @@ def _trains_as_handed_out(runs):
                     "stepped once after every optimizer step, and carry its state across a restart")
     rows = next((step for step in _inputs(r) if step), None)
     if rows:
-        dataset = toy_dataset(n=N, seed=0)
-        features = dataset.tensors[0].double()
-        samples, _ = nearest_samples(rows, dataset)
-        spread = (torch.as_tensor(rows, dtype=torch.float64).reshape(-1, features.shape[1]) - features[samples]).std().item()
+        spread = noise_spread(rows)
         if spread < NOISE / 2:
             return (f"{base.label}: the first step's inputs are the dataset's samples with noise of spread "
                     f"{spread:.3g}, not {NOISE}{CAUSE}the noise was dropped{FIX}keep the script's noise on every input, "

@@ -20,14 +20,13 @@ import torch
 from autograder import jobs
 from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
 from autograder.exercises import Exercise
-from autograder.exercises.ex4_2 import (ARGS, EVERY, EVERY_K, GLOBAL_BATCH, N, STEPS, _inputs, _lr, _resume_point,
-                                       _samples, _work, steps)
+from autograder.exercises.ex4_2 import (ARGS, EVERY, EVERY_K, GLOBAL_BATCH, N, NOISE, STEPS, _inputs, _lr,
+                                       _resume_point, _samples, _work, noise_spread, steps)
 from autograder.hints import Hint
 from ddpcourse import toy_dataset
 
 LOST_AFTER = 13  # the lost machine's worker's step: the last whole snapshot before it holds step 10
 ROUNDING = 1e-5  # how far sums taken in another order may leave the weights after 32 steps
-NOISE = 0.05
 ONE = "torchrun, 1 process, never interrupted"
 THREE = "torchrun, 3 processes, never interrupted"
 TWO = "torchrun, 2 machines of 1 process (--nnodes=1:2), never interrupted"
@@ -206,9 +205,7 @@ def _noise_kept(runs):
     rows = _rows(one.ranks, 0) if one and one.ranks else None
     if not rows:
         return None
-    dataset = _dataset()
-    samples = _samples(sum(rows, []))
-    spread = (torch.tensor(rows, dtype=torch.float64) - dataset.tensors[0][samples].double()).std().item()
+    spread = noise_spread(rows)
     if spread < NOISE / 2:
         return (f"{one.label}: the first step's inputs are the dataset's samples with noise of spread {spread:.3g}, "
                 f"not {NOISE}: the noise was dropped{FIX}keep the noise: 0.05 times a standard normal draw for every "
