@@ -75,9 +75,7 @@ def serve(root: Path) -> int:
             out.write(json.dumps(answer) + "\n")
             out.flush()
     finally:
-        # A kernel's death can signal twice (the thread that started us, then the process): the
-        # second must not cut the clean-up short.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _cleaning.set()  # the signals that follow must not cut the clean-up short
         hosts.close()
         if _gone(kernel):  # nobody else will clean up after it
             _remove(list(root.parent.glob(f"{kernel_prefix(kernel)}*")))  # this work directory, its log, the cell
@@ -101,14 +99,18 @@ def _remove(paths: list[Path], wait: float = 5.0):
                 time.sleep(0.1)
 
 
-def _watch(kernel: int, every: float = 0.2):
+def _watch(kernel: int, every: float = 0.2, patience: float = 2.0):
     """The kernel's death, told to the main thread itself. The death signal goes to the process, and any of its
     threads may take it (torch's among them): Python then runs the handler only when the main thread next runs
     Python code, and a main thread waiting in select() for a rank host that is still starting would not for
-    seconds. A signal sent to the main thread interrupts that wait."""
+    seconds. A signal sent to the main thread interrupts that wait. The exit it raises can be swallowed (torch's
+    C code, importing numpy, clears any error it meets): told again until the clean-up has begun."""
     while os.getppid() == kernel and _alive(kernel):
         time.sleep(every)
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+    while not _cleaning.is_set():
+        _unwinding.clear()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        _cleaning.wait(patience)
 
 
 def _prctl(option: int, value: int):
@@ -159,9 +161,15 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
+_unwinding = threading.Event()  # the main thread was told to stop (cleared when that was swallowed)
+_cleaning = threading.Event()  # the main thread has reached its clean-up
+
+
 def _end(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the kernel's death may signal twice: unwind once, clean up
-    raise SystemExit(0)
+    """The kernel's death may signal twice (its death signal, the watching thread): unwind once, clean up."""
+    if not (_unwinding.is_set() or _cleaning.is_set()):
+        _unwinding.set()
+        raise SystemExit(0)
 
 
 def log_of(root: Path) -> Path:

@@ -318,6 +318,7 @@ CAUGHT_BY = {
     ("2.3", "wrong_mean_of_accuracies"): {"accuracy equals the single-process accuracy"},
     ("2.3", "wrong_sampler_padding"): {"every sample scored exactly once across the ranks"},
     ("2.3", "wrong_reduce_on_rank0_only"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
+    ("2.3", "wrong_all_reduce_per_batch"): {RUNS["2.3"], "every rank calls the same collectives (none inside `if rank == 0`)"},
     ("2.3", "wrong_rank0_scores_all"): {"every rank scores its own share of the samples"},
     ("2.3", "wrong_returns_a_tensor"): {"returns a number on every rank"},
     ("2.4", "wrong_no_no_sync"): {"gradients all-reduced once per window, on its last micro-batch (no_sync for the others)"},

@@ -117,9 +117,11 @@ def _one_group_at_the_launchers_place(runs):
                     return (f"{world.label}: the process joined a group of {joined.get('world_size')}: under plain "
                             "python the script is a job of one")
                 continue
+            if asked is None and size == 1:
+                continue  # a job of one needs no group, under torchrun as under python
             if asked is None:
-                return (f"{world.label}: rank {r.rank} never called init_process_group: under torchrun (RANK is set) "
-                        "each worker joins the job's process group")
+                return (f"{world.label}: rank {r.rank} never called init_process_group: under torchrun with "
+                        f"WORLD_SIZE {size} each worker joins the job's process group")
             forced = {k: asked[k] for k in ("rank", "world_size") if k in asked}
             if forced and forced != {"rank": rank, "world_size": size}:
                 return (f"{world.label}: rank {r.rank} called init_process_group with "
