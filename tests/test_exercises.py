@@ -145,6 +145,8 @@ CAUGHT_BY = {
     ("1.5", "wrong_data_sends_everything_to_rank0"): {"bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)"},
     ("1.5", "wrong_pipeline_one_direction"): {"bytes sent per step by the busiest rank: pipeline parallelism"},
     ("1.5", "wrong_tensor_forward_only"): {"bytes sent per step by the busiest rank: tensor parallelism"},
+    ("1.5", "wrong_forgets_the_biases"): {MEMORY},
+    ("1.5", "wrong_ring_reduce_scatter_only"): {"bytes sent per step by the busiest rank: data parallelism (a ring all-reduce of the gradients)"},
     **{("2.5", name): {check} for name, check in BUGS.items()},
     ("2.6", "wrong_no_broadcast"): {"after construction every rank holds rank 0's weights"},
     ("2.6", "wrong_summed"): {OVERLAP_MEAN},

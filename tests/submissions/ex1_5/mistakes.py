@@ -25,4 +25,14 @@ MISTAKES = {
     "wrong_tensor_forward_only": (
         "counts the forward all-reduce of each block but not the backward one",
         [("        sent = blocks * 2 * ring * rows * d * float_bytes\n", "        sent = blocks * ring * rows * d * float_bytes\n")]),
+    "wrong_forgets_the_biases": (
+        "counts the two weights of a block but neither bias, and sends the gradients it counted",
+        [("    block = 2 * d * h + h + d                      # Linear(d, h) and Linear(h, d), with biases\n",
+          "    block = 2 * d * h\n"),
+         ("        params = blocks * (2 * d * h // w + h // w + d)\n", "        params = blocks * 2 * d * h // w\n"),
+         ("        sent = ring * blocks * block * float_bytes\n", "        sent = ring * params * float_bytes\n")]),
+    "wrong_ring_reduce_scatter_only": (
+        "counts a ring all-reduce as its reduce-scatter alone, (W-1)/W of the tensor, for data and tensor alike",
+        [("    ring = 2 * (w - 1) / w                         # a ring all-reduce sends this share of the tensor\n",
+          "    ring = (w - 1) / w\n")]),
 }
