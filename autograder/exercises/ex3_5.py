@@ -34,15 +34,14 @@ def _work(runs):
 
 
 def _every_rank_saves_and_loads(runs):
+    """Whether each rank called DCP in save and in load; an error raised there is told by the check of what it
+    broke (the checkpoint, or the resume)."""
     for world in runs:
         for r in world.ranks:
             for kind, call in (("saved", "dcp.save"), ("loaded", "dcp.load")):
                 event = r.first(kind)
                 if event is None:
                     continue  # the first job has nothing to load
-                if event.get("error"):
-                    what = "save" if kind == "saved" else "load"
-                    return f"{world.label}: on rank {r.rank}, {what} raised {event['error']}"
                 calls = [e for e in r.of("enter") if e.get("call") in (call, "dcp.async_save")]
                 if not calls:
                     return (f"{world.label}: rank {r.rank} never called {call}: every rank writes "
@@ -65,6 +64,16 @@ def _holds_shards(runs):
         if files is None:
             return f"world size {w}: nothing was saved in the directory save was given"
         shards = {name: size for name, size in files.items() if name.endswith(".distcp")}
+        failed = next((r for r in world.ranks if (r.first("saved") or {}).get("error")), None)
+        if failed is not None:
+            return f"world size {w}: on rank {failed.rank}, save raised {failed.first('saved')['error']}"
+        if shards and ".metadata" not in files and _called(world, "dcp.async_save"):
+            return (f"world size {w}: the shard files are there but not the .metadata index, which DCP writes "
+                    "last, once a save is complete: the job ended before its async_save had finished (wait for "
+                    "the future it returns before the job ends)")
+        if not files:
+            return (f"world size {w}: no file was saved in the directory save was given: DCP writes the "
+                    "checkpoint's files into the directory its checkpoint_id names, and load reads them there")
         if ".metadata" not in files or not shards:
             return (f"world size {w}: the directory holds {sorted(files)[:4]}, not a distributed checkpoint "
                     "(its .metadata index and .distcp shard files): save with torch.distributed.checkpoint")
@@ -79,6 +88,10 @@ def _holds_shards(runs):
             return (f"world size {w}: {name} holds {100 * largest / total:.0f}% of the checkpoint's data: one "
                     "rank's copy of the whole state, not each rank's shards (a full state dict, gathered, was "
                     "saved; save the sharded one)")
+
+
+def _called(world, call: str) -> bool:
+    return any(e.get("call") == call for r in world.ranks for e in r.of("enter"))
 
 
 def _a_whole_state_saved(world) -> str | None:
@@ -124,6 +137,9 @@ def _continues_uninterrupted(runs):
         first = jobs_before * STEPS_PER_JOB
         want = _uninterrupted(seed, w, first + STEPS_PER_JOB)
         for r in world.ranks:
+            failed = (r.first("loaded") or {}).get("error")
+            if failed:
+                return f"world size {w}: on rank {r.rank}, load raised {failed}: nothing was restored"
             loaded = r.kept_all("after load")
             if loaded and first and not torch.allclose(loaded[0], want[first - 1], **TOL):
                 restarted = torch.allclose(loaded[0], start)
@@ -180,7 +196,7 @@ EXERCISE = Exercise(
                       "with DCP, not torch.save.",
                   lines_of=("enter:dcp.save", "enter:dcp.async_save", "enter:dcp.load"))),
         Check("resumed at each new world size, training continues exactly as one uninterrupted run", 3,
-              _continues_uninterrupted,
+              _continues_uninterrupted, needs="all",  # a chain: a job that did not finish resumed nothing
               hint=Hint(
                   idea="A resumed run is the same run only if both the model's weights and the optimizer's state "
                        "(Adam's moments and step counts) are restored, resharded to the new world size.",

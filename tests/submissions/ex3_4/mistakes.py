@@ -34,4 +34,8 @@ MISTAKES = {
         [("    options = StateDictOptions(full_state_dict=True, cpu_offload=True)\n",
           "    options = StateDictOptions(full_state_dict=True)\n"),
          ("    if dist.get_rank() == 0:\n        torch.save(state, path)\n", "    torch.save(state, path)\n")]),
+    "wrong_last_rank_saves": (
+        "has the last rank write the full state dict, which with cpu_offload reaches rank 0 alone",
+        [("    if dist.get_rank() == 0:\n        torch.save(state, path)\n",
+          "    if dist.get_rank() == dist.get_world_size() - 1:\n        torch.save(state, path)\n")]),
 }
