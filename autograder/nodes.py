@@ -58,7 +58,9 @@ class Node:
 
     @property
     def endpoint(self) -> str:
-        if self.rendezvous == "static":
+        """Where the agents meet, as torchrun takes it (run.get_rdzv_endpoint): the static rendezvous reads
+        --master-addr:--master-port where no --rdzv-endpoint is given."""
+        if self.rendezvous == "static" and not self.get("rdzv_endpoint"):
             return f"{self.get('master_addr')}:{self.get('master_port')}"
         return self.get("rdzv_endpoint") or ""
 
@@ -161,8 +163,9 @@ def _meeting_place(node: Node) -> str | None:
     if node.rendezvous == "standalone":
         return (f"machine {node.index}'s command uses --standalone: a rendezvous of its own, on that machine "
                 f"alone, so each machine would be a job by itself. Machines meet at the first one: {_TO_MEET}")
-    flag = "--master-addr" if node.rendezvous == "static" else "--rdzv-endpoint"
-    host = node.get("master_addr") if node.rendezvous == "static" else node.endpoint.rsplit(":", 1)[0]
+    by_address = node.rendezvous == "static" and not node.get("rdzv_endpoint")
+    flag = "--master-addr" if by_address else "--rdzv-endpoint"
+    host = node.get("master_addr") if by_address else node.endpoint.rsplit(":", 1)[0]
     host = (host or "").strip("[]")
     if host == _FIRST_MACHINE or (node.index == 0 and _LOOPBACK.match(host)):
         return None  # the first machine may name itself: its agent hosts the rendezvous
@@ -200,5 +203,5 @@ def why_apart(nodes: list[Node]) -> list[str]:
         ranks = [n.get("node_rank") for n in nodes]
         if len(set(ranks)) < len(ranks):
             reasons.append(f"both machines say --node-rank={ranks[0]}: the static rendezvous needs each machine's "
-                           "own number, 0 to nnodes - 1 (0 on the machine at --master-addr)")
+                           "own number, 0 to nnodes - 1 (0 on the machine it meets at)")
     return reasons

@@ -51,7 +51,7 @@ _KEPT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "PYTHONHASHSEED", 
          "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TERM"}
 _KEPT_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "NVPL_", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_")
 HOSTNAME = "sandbox"
-HOSTS = f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
+HOSTS = f"127.0.0.1 {HOSTNAME} localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n"  # the machine is named: torchrun tells workers MASTER_ADDR by name
 SHOWN_PACKAGES = ("ranks", "ddpcourse")  # what the ranks import; the grader's own package is not among them
 
 

@@ -250,6 +250,7 @@ CAUGHT_BY = {
     ("4.1", "wrong_sets_its_own_master_port"): {RUNS["4.1"]},
     ("4.1", "wrong_sampler_local_rank"): {SHARE, SAME_MODEL},
     ("4.1", "wrong_no_set_epoch"): {SAME_MODEL},
+    ("4.1", "wrong_sets_master_addr"): {"under torchrun each worker joins one process group at the rank and size torchrun gave it"},
     ("4.3", "wrong_rdzv_id_per_machine"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_same_node_rank"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_one_node_each"): {RUNS["4.3"], ONE_JOB},
@@ -257,6 +258,7 @@ CAUGHT_BY = {
     ("4.3", "wrong_writer_per_machine"): {JOB_WRITER},
     ("4.3", "wrong_sampler_local_rank"): {JOB_SHARE, JOB_MODEL},
     ("4.3", "wrong_script_as_given"): {JOB_SHARE, JOB_WRITER, JOB_MODEL},
+    ("4.3", "wrong_sets_master_addr"): {ONE_JOB},
     # 4.4's planted bugs one at a time, each named by its symptom (given_buggy.py has all four)
     ("4.4", "wrong_writer_from_local_rank_flag"): {SNAPSHOT_WRITER},
     ("4.4", "wrong_writer_from_local_rank_env"): {SNAPSHOT_WRITER},

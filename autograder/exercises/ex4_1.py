@@ -99,8 +99,29 @@ def _spawned(r) -> dict | None:
     return next((e for e in r.of("enter") if e.get("call") in ("mp.spawn", "start_processes")), None)
 
 
+def moved_meeting_place(world) -> str | None:
+    """A worker that joined its group elsewhere than where its agent told it (its script set MASTER_ADDR or
+    MASTER_PORT): on one machine every address is this one, on a cluster the group is at the first machine.
+    Where the job did not complete, its "runs to the end" says why (a worker waiting at a port of its own)."""
+    if not world.complete:
+        return None
+    for r in world.ranks:
+        env = (r.first("worker") or {}).get("env") or {}
+        told = f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        used = next((e.get("master") for e in r.of("enter") if e.get("call") == "init_process_group"), None)
+        if env.get("MASTER_ADDR") and used and used != told:
+            return (f"{world.label}: rank {r.rank} joined its group at {used}, not where its agent told it "
+                    f"(MASTER_ADDR:MASTER_PORT {told}): the script sets them itself. On a cluster the group is at "
+                    "the first machine, and the workers of the other machine would look for it where the script "
+                    "says; leave both to torchrun")
+    return None
+
+
 def _one_group_at_the_launchers_place(runs):
     for world in runs:
+        moved = moved_meeting_place(world)
+        if moved:
+            return moved
         for r in world.ranks:
             spawn = _spawned(r)
             if spawn is not None:

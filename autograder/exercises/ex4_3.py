@@ -17,7 +17,7 @@ from autograder import jobs, nodes
 from autograder.checks import Check, params_identical_across_ranks, runs_to_the_end
 from autograder.exercises import Exercise
 from autograder.exercises.ex4_1 import ARGS, HINTS as HINTS_4_1, _destroyed, _file_holds_the_trained_model, \
-    _gpu_of_the_local_rank, _one_writer, _own_share_of_the_data, _same_model_every_launch, _work, place
+    _gpu_of_the_local_rank, _one_writer, _own_share_of_the_data, _same_model_every_launch, _work, moved_meeting_place, place
 from autograder.hints import Hint
 from autograder.reference import flat
 from ddpcourse import make_model
@@ -57,6 +57,9 @@ def _per_machine(world) -> str:
 
 def _one_job(runs):
     for world in runs:
+        moved = moved_meeting_place(world)
+        if moved:
+            return moved
         workers = [(r, (r.first("worker") or {}).get("env") or {}) for r in world.ranks if r.first("worker")]
         if world.duplicates:
             return (f"{world.label}: the two agents formed separate jobs, each numbering its workers from 0 "

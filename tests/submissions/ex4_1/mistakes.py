@@ -40,3 +40,7 @@ MISTAKES["wrong_defaults_changed"] = (
     "keeps the command line but not the script's constants as defaults: 6 epochs at lr 0.05, as lesson 4's script",
     [('    parser.add_argument("--epochs", type=int, default=2)\n', '    parser.add_argument("--epochs", type=int, default=6)\n'),
      ('    parser.add_argument("--lr", type=float, default=0.1)\n', '    parser.add_argument("--lr", type=float, default=0.05)\n')])
+MISTAKES["wrong_sets_master_addr"] = (
+    "sets MASTER_ADDR to localhost itself: right on one machine, on a cluster the other machines' workers look for the group on themselves",
+    [("        dist.init_process_group(backend)\n",
+      "        os.environ[\"MASTER_ADDR\"] = \"localhost\"\n        dist.init_process_group(backend)\n")])

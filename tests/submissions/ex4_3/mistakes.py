@@ -37,3 +37,7 @@ MISTAKES = {
         "runs the script handed out, unchanged, under right commands",
         [(GIVEN, f'    "{C10D}",\n    "{C10D}",\n')], "given_one_machine.py"),
 }
+MISTAKES["wrong_sets_master_addr"] = (
+    "sets MASTER_ADDR to localhost before joining: machine 1's workers would look for the group on machine 1",
+    [("        dist.init_process_group(backend)\n",
+      "        os.environ[\"MASTER_ADDR\"] = \"localhost\"\n        dist.init_process_group(backend)\n")])
