@@ -57,6 +57,16 @@ class Skip(Exception):
     """The check cannot be judged here; the message says why."""
 
 
+class NotJudged(Exception):
+    """Some of the launches this check observes did not complete, and it held on the others: it earns the share
+    ``held`` of its points (none, where none completed). Not a failure of its own: the message says which
+    launches, and their "runs to the end" why."""
+
+    def __init__(self, message: str, held: float = 0.0):
+        super().__init__(message)
+        self.held = held
+
+
 @dataclass
 class Runs:
     """Everything the checks of one grading see."""
@@ -118,6 +128,8 @@ class Check:
             message = self.verify(runs)
         except Skip as skip:
             return self.result("skipped", str(skip))
+        except NotJudged as unjudged:
+            return CheckResult(self.name, "error", round(self.points * unjudged.held, 2), self.points, str(unjudged))
         except Exception as exc:  # the evidence came from the submission: malformed is a failure, not a crash
             return self.result("failed", f"what the ranks recorded for this check is malformed ({type(exc).__name__})")
         if message:

@@ -745,7 +745,7 @@ def _wrap_optimizer(rec: Recorder):
 
     def after_step(optimizer, args, kwargs):
         depth.n = max(getattr(depth, "n", 1) - 1, 0)
-        if depth.n == 0:
+        if depth.n == 0 and _has_gradients(optimizer):  # with none, step() changes nothing: no step was taken
             rec.snapshot("optimizer step", optimizer)
             lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
             rec.event("optimizer_step", optimizer=type(optimizer).__name__,
@@ -757,6 +757,10 @@ def _wrap_optimizer(rec: Recorder):
     register_optimizer_step_post_hook(after_step)
     _wrap_consolidate(rec)
     _wrap_state_dict_gathering(rec)
+
+
+def _has_gradients(optimizer) -> bool:
+    return any(p.grad is not None for group in optimizer.param_groups for p in group["params"])
 
 
 def _traced_as_collective(rec: Recorder, owner, name: str, root=None, label: str | None = None, measure=None):

@@ -271,6 +271,7 @@ CAUGHT_BY = {
     ("4.5", "wrong_noise_of_each_rank"): {ANY_SIZE},
     ("4.5", "wrong_noise_rows_in_blocks"): {ANY_SIZE},
     ("4.5", "wrong_momentum_not_restored"): {ANY_SIZE},
+    ("4.5", "wrong_global_rng_not_saved"): {ANY_SIZE},
     ("4.5", "wrong_no_noise"): {"every input still carries its noise"},
     ("4.5", "wrong_whole_batch_on_every_rank"): {"each rank trains on its own share of every step's global batch"},
     ("4.5", "wrong_place_in_own_samples"): {STEPS_LEFT},
@@ -424,7 +425,7 @@ def test_wrong_submission_fails_exactly_the_checks_that_name_its_mistake(exercis
         if check.name in failed:
             assert check.points == 0 and check.message
         elif check.status in ("error", "timeout"):  # left unjudged by a crash or a hang, and saying so
-            assert check.message.startswith(("not judged", "held at world size")) and RUNS.get(exercise_id) in failed
+            assert check.message.startswith(("not judged", "held at")) and RUNS.get(exercise_id) in failed
             assert check.points < check.max_points
     assert not report.all_passed and report.score < report.max_score
 
@@ -476,10 +477,12 @@ def test_a_launch_that_hangs_at_one_world_size_costs_the_checks_their_share_at_t
     assert all(c.points == 0 for c in stopped_everywhere.checks if c.status == "timeout")
 
 
-def test_a_killed_job_that_never_finished_earns_nothing_for_its_final_weights():
+def test_a_killed_job_that_never_finished_earns_nothing_for_its_final_weights_and_the_others_their_share():
     report = graded("4.2", "wrong_written_in_place")  # the restart cannot load the torn snapshot, and crashes
     check = {c.name: c for c in report.checks}[BIT_FOR_BIT]
-    assert check.points == 0 and check.status == "error" and check.message.startswith("not judged"), check
+    killed = [j for j in exercises.get("4.2").jobs if j.fault is not None]
+    assert check.status == "error" and check.message.startswith("held at") and "not judged at" in check.message, check
+    assert check.points == round(check.max_points * (len(killed) - 1) / len(killed), 2), check
 
 
 def test_the_hint_of_a_launch_that_did_not_complete_fits_how_it_ended():

@@ -81,10 +81,13 @@ class Exercise:
         """How many planted bugs are fixed, as the report's first line; "" for other exercises."""
         if not self.planted:
             return ""
-        passed = {r.name for r in results if r.status == "passed"}
-        fixed = sum(all(name in passed for name in symptom) for symptom in self.planted)
+        status = {r.name: r.status for r in results}
+        fixed = sum(all(status.get(name) == "passed" for name in symptom) for symptom in self.planted)
+        unknown = sum(not any(status.get(name) == "failed" for name in symptom) for symptom in self.planted) - fixed
+        left = len(self.planted) - fixed - unknown
         return (f"Planted bugs fixed: {fixed} of {len(self.planted)}."
-                + (" The failing checks below are the symptoms of those left." if fixed < len(self.planted) else ""))
+                + (f" {unknown} could not be judged: a job did not finish (see below)." if unknown else "")
+                + (" The failing checks below are the symptoms of those left." if left else ""))
 
     def same_result(self, status: str, message: str, backend: str) -> list:
         """Every check with one status and message (GPU-only ones skipped on CPUs): nothing was judged."""

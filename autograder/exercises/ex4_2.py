@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from autograder import jobs
-from autograder.checks import CAUSE, FIX, Check, runs_to_the_end
+from autograder.checks import CAUSE, FIX, Check, NotJudged, runs_to_the_end
 from autograder.exercises import Exercise
 from autograder.hints import Hint
 from autograder.reference import nearest_samples
@@ -375,10 +375,16 @@ def _no_step_trained_twice(runs):
 
 
 def _bit_for_bit(runs):
+    """Judged on the killed jobs that finished, and earning their share of the points: one that did not has no
+    final weights, and its "runs to the end" (with the check its kill found wrong, such as the atomic write)
+    says why."""
     base = uninterrupted(runs)
-    if base is None:
-        return None
-    for world in killed(runs):
+    if base is None or not base.complete:
+        raise NotJudged("not judged: the uninterrupted job did not run to the end (see above)")
+    finished = [w for w in killed(runs) if w.complete]
+    if not finished:
+        raise NotJudged("not judged: no job that was killed ran to the end (see above)")
+    for world in finished:
         got = world.ranks[0].final_params()
         final = base.ranks[0].final_params()
         if got is None or final is None or got.shape != final.shape:
@@ -388,6 +394,11 @@ def _bit_for_bit(runs):
         gap = (got - final).abs().max().item()
         return f"{world.label}: the final weights differ from the uninterrupted run's by up to {gap:.3g}. " + \
             _where_it_went_wrong(world, base)
+    unfinished = [w for w in killed(runs) if not w.complete]
+    if unfinished:
+        raise NotJudged(f"held at {'; '.join(w.label for w in finished)}; not judged at "
+                        f"{'; '.join(w.label for w in unfinished)}, where the job did not complete (see above)",
+                        held=len(finished) / (len(finished) + len(unfinished)))
 
 
 def _where_it_went_wrong(world, base) -> str:
@@ -586,8 +597,7 @@ CHECKS = [
     Check("no step a snapshot held is trained again: the restart resumes after the last whole snapshot", 3,
           _no_step_trained_twice, hint=HINTS["not_twice"]),
     Check("after each kill the final weights equal the uninterrupted run's, bit for bit", 3, _bit_for_bit,
-          needs="all",  # a killed job that never finished has no final weights: nothing else can stand for them
-          hint=HINTS["bit_for_bit"]),
+          needs="partial", hint=HINTS["bit_for_bit"]),
 ]
 AS_HANDED_OUT = Check("the uninterrupted run trains as the script handed out: its noise and its learning-rate schedule", 2,
                       _trains_as_handed_out, hint=Hint(

@@ -156,6 +156,11 @@ def _why(world, given, fed, step: int) -> str:
                     "takes its share of the same global batch: --global-batch divided by the world size")
         noise = dict(zip(want_samples, want))
         if any(max(abs(a - b) for a, b in zip(noise[s], row)) > 1e-6 for s, row in zip(got_samples, got)):
+            if world.job == LOST and k == 0 and ranks is world.ranks:
+                return (f"Its step {step + 1}, the survivor's first, trained on the samples one process trained on, "
+                        f"with other noise{CAUSE}the noise did not go on where the run was: the generator's state "
+                        f"was not restored, or not brought to the step the snapshot holds{FIX}keep the generator's "
+                        "state in the snapshot, or draw each step's noise from a seed of the global step")
             return (f"Its step {step + 1} trained on the samples one process trained on, with other noise"
                     f"{CAUSE}the noise a sample gets depends on the rank that holds it, or on the world size{FIX}draw "
                     "the noise of the whole global batch the same way on every rank, and take the rows of your samples")
