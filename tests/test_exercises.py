@@ -59,7 +59,7 @@ MEMORY = "parameters and gradients on the busiest rank, for data, pipeline and t
 ADAM = "Adam's state on the busiest rank, for every scheme"
 OVERLAP_MEAN = "after finish_gradient_synchronization every gradient is the mean over the ranks"
 TOWER_FITS = "no rank ever holds more than the device's 112,000 bytes while building and loading"
-TOWER_RESHARD = "reshard_after_forward reaches every block: with False each stays gathered from forward to backward"
+TOWER_RESHARD = "reshard_after_forward reaches every block and not the root: with False each block stays gathered from forward to backward"
 TOWER_PREDICTION = "predict says what one step gathers, and whether it fits, at world size 2"
 BUCKETS = "one all-reduce per bucket, the buckets filled from the last parameter back up to bucket_numel"
 OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its gradients are ready, "
@@ -188,6 +188,8 @@ CAUGHT_BY = {
                                  "storing about 1/W"},
     ("3.8", "wrong_prediction_forgets_the_root"): {TOWER_PREDICTION},
     ("3.8", "wrong_prediction_fits_without_resharding"): {TOWER_PREDICTION},
+    ("3.8", "wrong_reshard_on_the_root_too"): {"reshard_after_forward reaches every block and not the root: with False each "
+                                              "block stays gathered from forward to backward"},
     # Gradients read before their all-reduce was waited for are not judged as the mean: the waits are charged,
     # once; what else is wrong shows once the code waits.
     ("2.6", "wrong_no_wait"): {"every all-reduce is waited for before finish_gradient_synchronization returns"},

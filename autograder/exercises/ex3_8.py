@@ -165,6 +165,12 @@ def _reshard_setting_reaches_the_blocks(runs):
             return (f"{world.label}: on rank {r.rank}, built with reshard_after_forward=True, block(s) "
                     f"{_ranges(counts[True]['kept'])} stayed gathered after the forward pass: each block's full "
                     "parameters must be freed once its forward pass is done")
+        n = counts[True]["blocks"]
+        if counts[False]["gathers"] == 1 + n and counts[True]["gathers"] == 2 + 2 * n:
+            return (f"{world.label}: on rank {r.rank}, built with reshard_after_forward=True, the step made "
+                    f"{2 + 2 * n} all-gathers, not {1 + 2 * n}: the root's own parameters were freed after the "
+                    "forward pass and gathered again for backward, so the setting reached the root's fully_shard "
+                    "too. The root keeps its default: backward needs its parameters at once")
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -267,7 +273,7 @@ EXERCISE = Exercise(
                   where="build: any mixed-precision policy or change of dtype, and the model it returns.",
                   how="Shard with fully_shard's default precision, so that the parameters, the computation and the "
                       "gradients stay float32, and return the sharded Tower itself.")),
-        Check("reshard_after_forward reaches every block: with False each stays gathered from forward to backward", 2,
+        Check("reshard_after_forward reaches every block and not the root: with False each block stays gathered from forward to backward", 2,
               _reshard_setting_reaches_the_blocks,
               hint=Hint(
                   idea="reshard_after_forward belongs to each group: a block sharded with True is freed after its "

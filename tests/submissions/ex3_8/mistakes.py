@@ -53,3 +53,6 @@ MISTAKES = {
         "predicts that keeping every block gathered still fits",
         [("return 9, False", "return 9, True")]),
 }
+MISTAKES["wrong_reshard_on_the_root_too"] = (
+    "passes reshard_after_forward to the root's fully_shard as well, which keeps its default",
+    [("    fully_shard(model, mesh=mesh)\n", "    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)\n")])
