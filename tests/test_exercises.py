@@ -241,7 +241,8 @@ CAUGHT_BY = {
     ("3.6", "wrong_fsdp_full_gradients"): {"gradients per rank: like the parameters they belong to"},
     ("3.6", "wrong_fsdp_ignores_rows"): {  # one wrong rule for the parameters: gradients and moments follow it
         "parameters per rank: whole under DDP and ZeRO-1, each tensor's rows cut in W under FSDP"},
-    ("4.1", "wrong_local_rank_argument"): {SHARE, SAME_MODEL, "exactly one writer in every launch: global rank 0"},
+    # a wrong share is charged once: the model is judged on the batches the ranks drew
+    ("4.1", "wrong_local_rank_argument"): {SHARE, "exactly one writer in every launch: global rank 0"},
     ("4.1", "wrong_defaults_changed"): {"with no arguments it trains with the defaults the script had: 2 epochs, "
                                         "global batches of 16, lr 0.1, into weights.pt"},
     ("4.1", "wrong_hard_coded_world_size"): {RUNS["4.1"], SHARE, SETTINGS, SAME_MODEL},
@@ -250,7 +251,7 @@ CAUGHT_BY = {
     ("4.1", "wrong_mp_spawn"): {RUNS["4.1"], "under torchrun each worker joins one process group at the rank and size torchrun gave it"},
     ("4.1", "wrong_barrier_on_rank0_only"): {RUNS["4.1"]},
     ("4.1", "wrong_sets_its_own_master_port"): {RUNS["4.1"]},
-    ("4.1", "wrong_sampler_local_rank"): {SHARE, SAME_MODEL},
+    ("4.1", "wrong_sampler_local_rank"): {SHARE},
     ("4.1", "wrong_no_set_epoch"): {SAME_MODEL},
     ("4.1", "wrong_sets_master_addr"): {"under torchrun each worker joins one process group at the rank and size torchrun gave it"},
     ("4.3", "wrong_rdzv_id_per_machine"): {RUNS["4.3"], ONE_JOB},
@@ -258,8 +259,9 @@ CAUGHT_BY = {
     ("4.3", "wrong_one_node_each"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_processes_in_total"): {RUNS["4.3"], ONE_JOB},
     ("4.3", "wrong_writer_per_machine"): {JOB_WRITER},
-    ("4.3", "wrong_sampler_local_rank"): {JOB_SHARE, JOB_MODEL},
-    ("4.3", "wrong_script_as_given"): {JOB_SHARE, JOB_WRITER, JOB_MODEL},
+    ("4.3", "wrong_sampler_local_rank"): {JOB_SHARE},
+    ("4.3", "wrong_script_as_given"): {JOB_SHARE, JOB_WRITER},
+    ("4.3", "wrong_batch_local_world"): {JOB_MODEL},
     ("4.3", "wrong_sets_master_addr"): {ONE_JOB},
     # 4.4's planted bugs one at a time, each named by its symptom (given_buggy.py has all four)
     ("4.4", "wrong_writer_from_local_rank_flag"): {SNAPSHOT_WRITER},
