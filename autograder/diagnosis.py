@@ -194,6 +194,9 @@ _EXPLAINED = {
     "SyncBatchNorm": ("PyTorch's nn.SyncBatchNorm trains only on GPUs (DDP refuses it in a CPU model, and its forward "
                       "pass refuses CPU tensors). On CPUs use the course's ddpcourse.convert_sync_batchnorm(model): "
                       "PyTorch's class on GPUs, the course's CPU stand-in elsewhere."),
+    "fully_shard": ("fully_shard met parameters that are sharded already (DTensors): a module's parameters are "
+                    "sharded by the first fully_shard that reaches them, so a parent sharded before its children "
+                    "leaves the children nothing plain to shard. Shard every block first, then the root."),
 }
 
 
@@ -201,6 +204,8 @@ def _explained(culprit: RankRecord) -> str:
     line = culprit.exception_line()
     if "SyncBatchNorm" in line and ("GPU" in line or "gpu" in line):
         return _EXPLAINED["SyncBatchNorm"] + "\n"
+    if "Invariant encountered" in line and "_init_sharding_spec" in (culprit.error or ""):
+        return _EXPLAINED["fully_shard"] + "\n"
     return ""
 
 

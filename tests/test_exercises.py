@@ -229,6 +229,7 @@ CAUGHT_BY = {
     ("3.4", "wrong_saves_sharded_state_dict"): {"the checkpoint holds the full trained weights and loads into a plain MLP"},
     ("3.4", "wrong_every_rank_saves"): {"exactly one checkpoint writer: rank 0"},
     ("3.4", "wrong_last_rank_saves"): {"exactly one checkpoint writer: rank 0"},
+    ("3.4", "wrong_root_before_blocks"): {RUNS["3.4"]},
     ("3.5", "wrong_model_only"): {"resumed at each new world size, training continues exactly as one uninterrupted run"},
     ("3.5", "wrong_saves_on_rank0_only"): {RUNS["3.5"]},
     ("3.5", "wrong_full_state_dict"): {"each checkpoint holds one shard file per rank, none of them most of the state"},
@@ -754,6 +755,11 @@ def test_pytorchs_sync_batch_norm_on_cpu_is_explained_with_what_to_use_instead()
     report = graded("3.2", "wrong_pytorch_class_on_cpu")
     assert "ValueError: SyncBatchNorm layers only work with GPU modules" in report.problem
     assert "use the course's ddpcourse.convert_sync_batchnorm(model)" in report.problem
+
+
+def test_fully_shard_on_the_root_before_its_blocks_is_explained_with_the_order_to_shard_in():
+    report = graded("3.4", "wrong_root_before_blocks")  # PyTorch says only "Invariant encountered"
+    assert "Invariant encountered" in report.problem and "Shard every block first, then the root" in report.problem
 
 
 @pytest.mark.parametrize("exercise_id,name,call", [

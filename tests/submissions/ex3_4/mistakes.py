@@ -39,3 +39,9 @@ MISTAKES = {
         [("    if dist.get_rank() == 0:\n        torch.save(state, path)\n",
           "    if dist.get_rank() == dist.get_world_size() - 1:\n        torch.save(state, path)\n")]),
 }
+MISTAKES["wrong_root_before_blocks"] = (
+    "shards the root first, then the blocks, whose parameters the root's fully_shard has sharded already",
+    [("    for layer in model.net:\n        if isinstance(layer, nn.Linear):\n            fully_shard(layer, mesh=mesh)\n"
+      "    fully_shard(model, mesh=mesh)\n",
+      "    fully_shard(model, mesh=mesh)\n    for layer in model.net:\n        if isinstance(layer, nn.Linear):\n"
+      "            fully_shard(layer, mesh=mesh)\n")])
