@@ -106,10 +106,10 @@ HINTS = {
              "job. A sampler given LOCAL_RANK deals the same shares on both machines, and half the data is never "
              "drawn.",
         section="The environment of a worker",
-        where="Look where your script builds its DistributedSampler, and at which of the launcher's variables its "
-              "rank comes from.",
-        how="Give the sampler the worker's RANK and the job's WORLD_SIZE, both from the environment; LOCAL_RANK only "
-            "picks the device."),
+        where="Look where your script builds its DistributedSampler: which of the launcher's variables its rank "
+              "and number of replicas come from, and whether its seed is the same on every machine.",
+        how="Give the sampler the worker's RANK and the job's WORLD_SIZE, both from the environment, and one seed "
+            "for the whole job; LOCAL_RANK only picks the device."),
     "writer": Hint(
         idea="One process writes the file for the whole job: global rank 0. On one machine LOCAL_RANK 0 is the same "
              "process; on two there is one on each machine.",
