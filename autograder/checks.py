@@ -362,6 +362,17 @@ def _calls(rank) -> list[str]:
     return [e["op"] for e in rank.of("collective") if e.get("caller")]
 
 
+def drawn_shares(world: WorldRun, n: int, epochs: int) -> list[list[list[int]]] | None:
+    """What each rank's DistributedSampler yielded, epoch by epoch (shares[epoch][rank]), where every rank made
+    ``epochs`` passes and each is what a sampler of ``n`` samples can yield at this world size; None otherwise."""
+    drawn = [[e.get("indices") for e in r.of("sampler_iter")] for r in world.ranks]
+    a_share = lambda i: isinstance(i, list) and len(i) == n // world.world_size and \
+        all(isinstance(k, int) and 0 <= k < n for k in i)  # noqa: E731
+    if {len(d) for d in drawn} != {epochs} or not all(a_share(i) for d in drawn for i in d):
+        return None
+    return [[d[epoch] for d in drawn] for epoch in range(epochs)]
+
+
 def shares_disjoint_and_covering(per_rank: dict[int, list[int]], n: int, world_size: int, label: str) -> str | None:
     """Each sample index in exactly one rank's share (world_size > 1 also means shares must differ)."""
     counts = Counter(i for share in per_rank.values() for i in share)

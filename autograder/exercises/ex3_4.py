@@ -77,12 +77,17 @@ def _one_writer(runs):
             return f"{world.label}: on rank {failed.rank}, save_full raised {failed.first('saved')['error']}"
         writers = sorted({r.rank for r in world.ranks if r.of("save")})
         if writers != [0]:
-            _, saves = writers_saves(world)
-            empty = saves and world.exports.get(saves[-1]["path"], {}).get("keys") == []
             return (f"{world.label}: torch.save was called by rank(s) {writers or 'none'}; "
                     "exactly one writer, rank 0, is expected"
                     + ("; what it saved is empty: a full state dict offloaded to the CPU reaches rank 0 only"
-                       if empty else ""))
+                       if _saved_empty(world) else ""))
+
+
+def _saved_empty(world) -> bool:
+    """Whether the checkpoint writer's last file holds an empty state dict."""
+    _, saves = writers_saves(world)
+    found = world.exports.get(saves[-1]["path"], {}) if saves else {}
+    return found.get("type") == "dict" and not found.get("keys")
 
 
 def _full_weights_saved(runs):
@@ -91,9 +96,9 @@ def _full_weights_saved(runs):
         writer, saves = writers_saves(world)
         if not saves:
             return f"{world.label}: rank 0 saved no checkpoint"
-        found = world.exports.get(saves[-1]["path"], {})
-        if writer.rank != 0 and found.get("type") == "dict" and not found.get("keys"):
+        if writer.rank != 0 and _saved_empty(world):
             continue  # a full state dict offloaded to the CPU reaches rank 0 only: the writer check names that
+        found = world.exports.get(saves[-1]["path"], {})
         sharded = [k for k, v in found.get("values", {}).items() if isinstance(v, dict) and "DTensor" in v]
         if sharded or "DTensor" in str(found.get("error", "")):
             return (f"{world.label}: the checkpoint holds DTensors, a sharded state dict: each is "

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from autograder import jobs
-from autograder.checks import Check, matches_reference, params_identical_across_ranks, runs_to_the_end, \
+from autograder.checks import Check, drawn_shares, matches_reference, params_identical_across_ranks, runs_to_the_end, \
     shares_disjoint_and_covering
 from autograder.exercises import Exercise
 from autograder.exercises.ex2_2 import _checkpoint
@@ -218,27 +218,18 @@ def _settings_from_the_command_line(runs):
 
 def _same_model_every_launch(runs):
     want = reference()
-    return matches_reference(runs, lambda world: _or(_trained_on_what_was_drawn(world), want),
+
+    def expected(world) -> torch.Tensor:
+        """Where the ranks drew other shares than the launcher's (the share check's mistake, charged there), one
+        process trained on the batches they drew; else one process on the launcher's global batches."""
+        shares = drawn_shares(world, N, EPOCHS) if world.world_size > 1 and _share_problem(world) else None
+        if shares is None:
+            return want
+        return flat(trained_on_shares(lambda: make_model(0), toy_dataset(n=N, seed=0), shares,
+                                      GLOBAL_BATCH // world.world_size, LR, momentum=MOMENTUM))
+
+    return matches_reference(runs, expected,
                              f"one process trained with --lr {LR} (SGD, momentum {MOMENTUM}) on the same global batches")
-
-
-def _or(tensor: torch.Tensor | None, otherwise: torch.Tensor) -> torch.Tensor:
-    return otherwise if tensor is None else tensor
-
-
-def _trained_on_what_was_drawn(world) -> torch.Tensor | None:
-    """Where the ranks drew other shares than the launcher's (the share check's mistake, charged there), what one
-    process trains on the batches they drew; None where the shares are right or are not shares of the dataset."""
-    if world.world_size == 1 or _share_problem(world) is None:
-        return None
-    drawn = [[e.get("indices") for e in r.of("sampler_iter")] for r in world.ranks]
-    epochs = {len(d) for d in drawn}
-    if epochs != {EPOCHS} or not all(isinstance(i, list) and len(i) == N // world.world_size and
-                                     all(isinstance(k, int) and 0 <= k < N for k in i) for d in drawn for i in d):
-        return None
-    shares = [[d[epoch] for d in drawn] for epoch in range(EPOCHS)]
-    return flat(trained_on_shares(lambda: make_model(0), toy_dataset(n=N, seed=0), shares,
-                                  GLOBAL_BATCH // world.world_size, LR, momentum=MOMENTUM))
 
 
 def _one_writer(runs):

@@ -381,7 +381,9 @@ def _bit_for_bit(runs):
     base = uninterrupted(runs)
     if base is None or not base.complete:
         raise NotJudged("not judged: the uninterrupted job did not run to the end (see above)")
-    finished = [w for w in killed(runs) if w.complete]
+    jobs_killed = killed(runs)
+    finished = [w for w in jobs_killed if w.complete]
+    unfinished = [w for w in jobs_killed if not w.complete]
     if not finished:
         raise NotJudged("not judged: no job that was killed ran to the end (see above)")
     for world in finished:
@@ -394,7 +396,6 @@ def _bit_for_bit(runs):
         gap = (got - final).abs().max().item()
         return f"{world.label}: the final weights differ from the uninterrupted run's by up to {gap:.3g}. " + \
             _where_it_went_wrong(world, base)
-    unfinished = [w for w in killed(runs) if not w.complete]
     if unfinished:
         raise NotJudged(f"held at {'; '.join(w.label for w in finished)}; not judged at "
                         f"{'; '.join(w.label for w in unfinished)}, where the job did not complete (see above)",

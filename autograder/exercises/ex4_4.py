@@ -17,7 +17,7 @@ import dataclasses
 import torch
 
 from autograder import jobs
-from autograder.checks import OTHER_CHECK_POINTS, PLANTED_BUG_POINTS, Check, matches_reference, symptom
+from autograder.checks import OTHER_CHECK_POINTS, PLANTED_BUG_POINTS, Check, drawn_shares, matches_reference, symptom
 from autograder.exercises import ex4_2
 from autograder.reference import flat, sampler_shares, trained_on_shares
 from ddpcourse import make_model, toy_dataset
@@ -71,20 +71,11 @@ def reference(world) -> torch.Tensor:
     """SGD with momentum and the script's schedule on the batches the job's ranks drew, epoch by epoch: a mistake
     in the order drawn is the order check's, not this one's. Ranks that drew unequally get the sampler's orders."""
     dataset = toy_dataset(n=ex4_2.N, seed=0)
-    drawn = [[e.get("indices") for e in r.of("sampler_iter")] for r in world.ranks]
-    if len({len(d) for d in drawn}) != 1 or len(drawn[0]) != ex4_2.EPOCHS or \
-            not all(_a_share(i, world.world_size) for d in drawn for i in d):
-        drawn = list(zip(*(sampler_shares(dataset, world.world_size, epoch) for epoch in range(ex4_2.EPOCHS))))
-    shares = [[list(d[epoch]) for d in drawn] for epoch in range(ex4_2.EPOCHS)]
+    shares = drawn_shares(world, ex4_2.N, ex4_2.EPOCHS) or \
+        [[list(s) for s in sampler_shares(dataset, world.world_size, epoch)] for epoch in range(ex4_2.EPOCHS)]
     per_rank = ex4_2.GLOBAL_BATCH // world.world_size
     return flat(trained_on_shares(lambda: make_model(0), dataset, shares, per_rank, ex4_2.LR, momentum=MOMENTUM,
                                   schedule=learning_rate))
-
-
-def _a_share(indices, world_size: int) -> bool:
-    """Whether a rank's recorded pass is what a sampler of this dataset can yield: its length, samples of it."""
-    return isinstance(indices, list) and len(indices) == ex4_2.N // world_size and \
-        all(isinstance(i, int) and 0 <= i < ex4_2.N for i in indices)
 
 
 def _trains_what_the_script_trains(runs):
