@@ -12,6 +12,8 @@ cannot mean anything on this machine. ``needs`` says what evidence the check mus
   called a collective the others never called), but can only *pass* on complete runs;
 - "all": judged only when every launch completed (a promise about every launch, like "after each
   kill the final weights equal the uninterrupted run's", that no subset can keep).
+- "seen": judged on what was seen, complete or not: a check of something the launch showed before it
+  could fail (4.6's agents' command lines, recorded as each agent starts).
 
 Where each launch is one world size (``Exercise.credit_per_world``), a check instead earns its points
 in proportion to the launches at which it was judged and held (``Check._judge_each_world``).
@@ -110,6 +112,8 @@ class Check:
         broken = runs.first_incomplete()
         if broken is not None and self.needs == "all":
             return _could_not_judge(self, broken)
+        if self.needs == "seen":
+            return self._verify(runs) or self.result("passed")
         if broken is not None and per_world:
             return self._judge_each_world(runs, broken)
         if broken is not None and self.needs == "complete" and not _enough(runs.completed(), runs):

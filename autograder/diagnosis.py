@@ -67,6 +67,13 @@ def summary(world: WorldRun) -> str:
             "no worker of theirs was running"
         return (f"{head}: no rendezvous: the agents waited {world.unmet:.0f} s for each other and {started}; "
                 "the grader stopped them")
+    said = getattr(world, "slurm", None) or {}
+    if said.get("error"):
+        return f"{head}: {said['error']}"
+    if said.get("state") not in (None, "COMPLETED") and all(r.ok for r in world.ranks):
+        return (f"{head}: its workers ended, but Slurm ended the batch job {said['state']} (exit code "
+                f"{said.get('exit') or '?'}): a task of the batch script failed. The job's output ends:\n"
+                + "\n".join(world.agent_output.strip().splitlines()[-6:]))
     culprit = world.culprit()
     if culprit is not None:
         line = f"{head}: rank {culprit.rank} {culprit.how_it_ended()}"

@@ -20,6 +20,7 @@ from typing import Callable
 
 from autograder import exercises, files, sandbox, source
 from autograder.launch import Directory, HostFailed, Layout, RankHost
+from autograder.sandbox import package_dir
 from autograder.report import Report
 from autograder.source import UsageError
 
@@ -234,6 +235,11 @@ def _grade_on(exercise, host: RankHost, code: str, path: Path, sizes, seed, time
         if problem:
             return Report(exercise.id, exercise.title, "gloo", sizes,
                           exercise.same_result("error", "not judged: the code does not run (see above)", "gloo"), problem)
+        unavailable = _no_slurm_here(host) if any(job.batch for job in jobs) else ""
+        if unavailable:
+            return Report(exercise.id, exercise.title, "gloo", sizes,
+                          exercise.same_result("error", "not judged: this machine cannot run the exercise's Slurm",
+                                               "gloo"), unavailable)
         chosen = "gloo" if exercise.on_cpu else choose_backend(sizes, backend)
         own = _own_cells(exercise, path, code_dir, code_inside)
         grading = host.directory(None, "grading")
@@ -286,6 +292,8 @@ def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend
         where = host.directory(grading, f"job{k}" if job else f"world{layout.world_size}")
         if job is None:
             result = host.launch(target, layout, where, backend=backend, timeout=timeout, quiet=exercise.quiet)
+        elif job.batch:
+            result = _run_batch(host, job, student, where, backend, timeout)
         else:
             result = host.job(job.request(str(student), backend), layout, where, timeout=timeout,
                               quiet=exercise.quiet, meet_within=job.meet_within)
@@ -293,7 +301,7 @@ def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend
             return report(exercise.same_result("error", "not judged: the grader lost the ranks", backend),
                           f"The rank host failed: {result.host_failure}")
         world = load(result, job)
-        world.grading = grading.folder
+        world.grading, world.slurm = grading.folder, result.slurm
         _export_checkpoints(host, world, where, grading,
                             [str(where.inside / "run" / name) for name in exercise.exported] if job else [])
         worlds.append(world)
@@ -306,6 +314,34 @@ def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend
     if own_cells and all(w.complete for w in worlds):
         own = _launch_own_cells(exercise, host, {**target, "companions": own_cells}, grading, backend, timeout, progress)
     return verdict(exercise, worlds, own, backend, sizes, seed, student)
+
+
+def _no_slurm_here(host: RankHost) -> str:
+    """Why a batch job (4.6) cannot run here, or "": its Slurm runs inside the sandbox, as the sandbox's own user."""
+    from ranks.slurm import missing
+
+    if host.sandbox is None or not host.sandbox.drop_privileges:
+        return ("Exercise 4.6 submits your batch script to a Slurm of its own, inside the sandbox, which needs the "
+                "grader to run as root with bubblewrap (the sandbox's user must have a name, and its two nodes "
+                "their addresses). Grade it as root on Linux, e.g. `sudo .venv/bin/python -m autograder grade 4.6 "
+                "NOTEBOOK`, or ask your instructor: your work is unchanged.")
+    problem = missing()
+    return (f"Exercise 4.6 submits your batch script to a Slurm of its own, and this machine has none: {problem}. "
+            "Your work is unchanged.") if problem else ""
+
+
+def _run_batch(host: RankHost, job, student, where: Directory, backend: str, timeout: float):
+    """A batch job (4.6): the job's torchrun and python, the grader's, in a code directory of their own."""
+    from ranks.slurm import shims
+
+    folder, inside = host.code_directory()
+    try:
+        bin_dir = shims(folder, inside, str(package_dir("ranks").parent), str(where.inside), list(job.args))
+        request = {"batch": job.batch, "script": str(student), "name": job.script_name, "bin": bin_dir,
+                   "env": job.request(str(student), backend)["env"]}
+        return host.batch(request, job.layout, where, timeout=timeout, preempt_after=job.preempt_after)
+    finally:
+        files.remove_tree(folder)
 
 
 def verdict(exercise, worlds, own, backend: str, sizes, seed: int, student) -> Report:

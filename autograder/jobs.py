@@ -37,6 +37,11 @@ class Job:
     machines: tuple = ()  # the student's command for each agent, as torchrun read it (nodes.Node), if written
     meet_within: float = 20.0  # seconds the agents may run with no worker before their rendezvous is given up
     attempt_sizes: tuple[int, ...] = ()  # an elastic job's world size in each attempt (the last for those after)
+    # A batch job on a Slurm of the sandbox's own (4.6): the student's sbatch script, run with the cell saved as
+    # ``script_name`` beside it, preempted (scontrol requeue) once rank 0 has taken ``preempt_after`` steps.
+    batch: str = ""
+    script_name: str = "train.py"
+    preempt_after: int = 0
 
     @property
     def restarts(self) -> bool:

@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from autograder import files
@@ -125,6 +125,7 @@ class LaunchResult:
     out_of_memory: bool = False  # the kernel killed a process of the submission for want of memory
     disk_full: bool = False  # the sandbox's file systems were full when the launch ended
     faults: list[dict] = field(default_factory=list)  # the planted faults that landed, as the host told them
+    slurm: dict = field(default_factory=dict)  # a batch job (4.6): what the host said of it, and each attempt's run
 
     @property
     def world_size(self) -> int:
@@ -219,7 +220,8 @@ class RankHost:
             hosts.write_text(HOSTS)
             info, write = os.pipe()
             command = self.sandbox.wrap(command + ["--sandboxed"], code=self.code, hosts=hosts, hidden=self.hidden,
-                                        work_mb=self.limits.work_mb, tmp_mb=self.limits.tmp_mb, info_fd=write)
+                                        work_mb=self.limits.work_mb, tmp_mb=self.limits.tmp_mb, info_fd=write,
+                                        accounts=self.root)
             self.group, self.unlimited = Group.create(self.limits)
             command = self.group.joined(command) if self.group else command
             keep = (write,)
@@ -512,6 +514,85 @@ class RankHost:
         watch.close()
         return result
 
+    def batch(self, request: dict, layout: Layout, where: Directory, *, timeout: float, preempt_after: int,
+              limits: dict | None = None) -> LaunchResult:
+        """Run a batch job on a Slurm of the sandbox's own (ranks/slurm.py) to its end, and preempt it once
+        rank 0 of its first run has taken ``preempt_after`` optimizer steps. The workers of every run of the job
+        (Slurm starts it again after the requeue) are its attempts, in order; what Slurm said is ``slurm``."""
+        self.wait_ready()
+        run = self.directory(where, "run", exact=True)
+        run.close()
+        folder, start = where.folder, time.monotonic()
+        result = LaunchResult(layout, where.inside, folder, [], 0.0, timeout)
+        runs: list[JobWatch] = []
+        said: dict = {"preempted": None}
+        worked = 0.0  # when a worker of the job was last seen running
+        try:
+            self.send(op="slurm", workdir=str(where.inside), cwd=str(where.inside / "run"),
+                      limits=self._limits(limits or LIMITS), **request)
+            done = False
+            while not done:
+                message = self.receive(0.1)
+                while message is not None and not done:
+                    done = self._take_batch(message, runs, said)
+                    message = None if done else self._next_now()
+                _discover_runs(runs, folder, layout.world_size)
+                for watch in runs:
+                    watch.poll()
+                if said["preempted"] is None and runs and _steps_of_rank0(runs[0]) >= preempt_after:
+                    said["preempted"] = {"asked": True}
+                    self.send(op="preempt")
+                if any(watch.attempts for watch in runs) and any(watch._workers_alive() for watch in runs):
+                    worked = time.monotonic()
+                idle = time.monotonic() - worked if worked else 0.0
+                if not done and (time.monotonic() - start > timeout or idle > BATCH_IDLE):
+                    result.stopped_at = time.time()
+                    if idle > BATCH_IDLE:
+                        result.unmet = idle  # the job still runs, and no worker of it: agents wait for others
+                    else:
+                        result.timed_out, result.load = True, os.getloadavg()[0] / (os.cpu_count() or 1)
+                    self.send(op="stop", stacks=[])
+                    deadline = time.monotonic() + 30
+                    while not done and time.monotonic() < deadline:
+                        message = self.receive(0.5)
+                        done = message is not None and self._take_batch(message, runs, said)
+                    break
+        except HostFailed as exc:
+            result.host_failure = str(exc)
+        result.out_of_memory, result.disk_full = self.out_of_memory(), self.disk_full()
+        _discover_runs(runs, folder, layout.world_size)
+        result.elapsed = time.monotonic() - start
+        for k, watch in enumerate(runs):
+            watch.poll()
+            for attempt in watch.result():
+                result.attempts.append(replace(attempt, number=len(result.attempts)))
+                said.setdefault("runs", []).append(k)
+            watch.close()
+        if result.attempts:
+            last = result.attempts[-1]
+            result.ranks, result.events, result.events_sha256 = last.ranks, last.events, last.events_sha256
+        else:
+            result.ranks = [RankExit(r, None) for r in range(layout.world_size)]
+        result.agent_output = folder.read_text("batch.out")
+        result.agents = {0: 0 if said.get("state") == "COMPLETED" else None}  # the batch job, as Slurm ended it
+        result.slurm = said
+        return result
+
+    def _next_now(self) -> dict | None:
+        return self.receive(0)
+
+    @staticmethod
+    def _take_batch(message: dict, runs: list, said: dict) -> bool:
+        """One message of the host about the batch job; True when it says the job is over."""
+        if isinstance(message.get("slurm"), dict):
+            said.update({k: v for k, v in message["slurm"].items() if isinstance(v, (str, int)) or v is None})
+        if isinstance(message.get("preempted"), dict):
+            said["preempted"] = {"asked": True, "ok": bool(message["preempted"].get("ok")),
+                                 "said": str(message["preempted"].get("said", ""))[:500]}
+        if "exit" in message and isinstance(message.get("run"), int) and 0 <= message["run"] < len(runs):
+            runs[message["run"]].take({k: v for k, v in message.items() if k != "run"})
+        return bool(message.get("done"))
+
     def _until_started(self, watch, timeout: float):
         """The host's messages, to the one that says the job's processes are all forked."""
         deadline = time.monotonic() + timeout
@@ -697,6 +778,23 @@ class JobWatch:
         for _, watch in self.attempts:
             for tail in watch.tails.values():
                 tail.close()
+
+
+BATCH_IDLE = 30.0  # seconds a batch job may run with no worker, once one has run: longer than a requeue takes
+
+
+def _discover_runs(runs: list, folder: files.Folder, world_size: int):
+    """The folders of a batch job's runs (run<R>/, as the job's torchrun makes them) that have appeared."""
+    while len(runs) < 8:
+        sub = folder.sub(f"run{len(runs)}")
+        if sub is None:
+            return
+        runs.append(JobWatch((world_size,), sub, [True]))
+
+
+def _steps_of_rank0(watch: JobWatch) -> int:
+    """The optimizer steps global rank 0 has taken in the run's attempts so far."""
+    return sum(1 for _, w in watch.attempts for e in w.events.get(0, []) if e.get("kind") == "optimizer_step")
 
 
 def _duplicates(folder: files.Folder) -> list[str]:

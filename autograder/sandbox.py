@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ranks.slurm import CONTROLLER as SLURM_CONTROLLER, NODES as SLURM_NODES, USER as SLURM_USER
+
 WORK = "/grading/work"  # inside the sandbox: the launches' directories, a tmpfs
 SCRATCH = ("/tmp", "/dev/shm")  # inside the sandbox: tmpfs of its own, emptied after each grading
 CODE = "/grading/code"  # inside the sandbox: the code the ranks run, the grader's, read-only
@@ -50,8 +52,10 @@ _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", 
 _KEPT = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
          "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TERM"}
 _KEPT_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "NVPL_", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_")
-HOSTNAME = "sandbox"
-HOSTS = f"127.0.0.1 {HOSTNAME} localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n"  # the machine is named: torchrun tells workers MASTER_ADDR by name
+HOSTNAME = SLURM_CONTROLLER
+# The machine is named (torchrun tells workers MASTER_ADDR by name), and so are the nodes of its own Slurm (4.6).
+HOSTS = (f"127.0.0.1 {HOSTNAME} localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
+         + "".join(f"{address} {name}\n" for name, address in SLURM_NODES.items()))
 SHOWN_PACKAGES = ("ranks", "ddpcourse")  # what the ranks import; the grader's own package is not among them
 
 
@@ -69,9 +73,10 @@ class Sandbox:
         return replace(self, uid=FIRST_UID + (os.getpid() % 4_000_000) * 64 + next(_hosts_started) % 64)
 
     def wrap(self, command: list[str], *, code: Path, hosts: Path, hidden: tuple[str, ...] = (),
-             work_mb: int = 1024, tmp_mb: int = 256, info_fd: int | None = None) -> list[str]:
+             work_mb: int = 1024, tmp_mb: int = 256, info_fd: int | None = None, accounts: Path | None = None) -> list[str]:
         """``command`` run inside the sandbox; ``code`` (the grader's) shown read-only at CODE, ``hosts`` as
-        /etc/hosts; the modules ``hidden`` left out of the packages shown."""
+        /etc/hosts; the modules ``hidden`` left out of the packages shown; as root, the sandbox's user named
+        in the passwd and group files written in ``accounts``."""
         args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--new-session"]
         if not self.drop_privileges:
             args += ["--unshare-user", *(["--disable-userns"] if self.no_nested_users else [])]
@@ -89,6 +94,10 @@ class Sandbox:
             args += ["--dev-bind", str(node), str(node)]
         args += ["--size", str(work_mb << 20), "--tmpfs", WORK]  # root's; the grader makes what the ranks write in
         args += ["--ro-bind", str(code), CODE, "--ro-bind", str(hosts), "/etc/hosts", "--hostname", HOSTNAME]
+        args += ["--ro-bind", "/sys", "/sys"]  # read-only: Slurm's nodes (4.6) read the machine's CPUs there
+        if self.drop_privileges and accounts is not None:
+            for name in ("passwd", "group"):
+                args += ["--ro-bind", str(self.account_file(accounts, name)), f"/etc/{name}"]
         args += ["--clearenv", *_kept_environment(), "--setenv", "TMPDIR", "/tmp", "--setenv", "HOME", "/tmp"]
         if self.drop_privileges:
             args += ["--setenv", "USER", "student", "--setenv", "LOGNAME", "student"]
@@ -96,15 +105,35 @@ class Sandbox:
         if info_fd is not None:
             args += ["--info-fd", str(info_fd)]
         if self.drop_privileges:
+            args += _node_addresses()
             args += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         else:
             args += ["--cap-drop", "ALL"]
         return args + command
 
+    def account_file(self, folder: Path, name: str) -> Path:
+        """/etc/``name`` with the sandbox's user added (Slurm's daemons run as that user, by name), in ``folder``."""
+        path = folder / name
+        lines = Path(f"/etc/{name}").read_text().splitlines() if os.path.exists(f"/etc/{name}") else []
+        entry = (f"{SLURM_USER}:x:{self.uid}:{self.uid}:student:/tmp:/bin/sh" if name == "passwd"
+                 else f"{SLURM_USER}:x:{self.uid}:")
+        path.write_text("\n".join([line for line in lines if not line.startswith(f"{SLURM_USER}:")] + [entry]) + "\n")
+        return path
+
     def owner(self) -> int | None:
         """Who must own what the grader makes for the ranks to write in: the sandbox's user, as root."""
         return self.uid if self.drop_privileges else None
+
+
+def _node_addresses() -> list[str]:
+    """Before privileges drop: the addresses of the sandbox's Slurm nodes on its loopback (Slurm ignores
+    127.0.0.1 itself when it resolves names); nothing, where there is no `ip` to add them."""
+    ip = shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip") if os.path.exists(p)), None)
+    if ip is None:
+        return []
+    added = " && ".join(f"{ip} addr add {address}/32 dev lo" for address in SLURM_NODES.values())
+    return ["/bin/sh", "-c", f'{added} 2>/dev/null; exec "$@"', "sh"]
 
 
 def shown(hidden: tuple[str, ...] = ()) -> list[list[str]]:

@@ -130,7 +130,8 @@ def main():
 
 
 TORCHRUN = {"4.1": "ex4_1/correct_argparse.py", "4.2": "ex4_2/correct_epoch_snapshots.py",
-            "4.3": "ex4_3/correct_c10d.py", "4.4": "ex4_4/correct_fixed.py", "4.5": "ex4_5/correct_job_generator.py"}
+            "4.3": "ex4_3/correct_c10d.py", "4.4": "ex4_4/correct_fixed.py", "4.5": "ex4_5/correct_job_generator.py",
+            "4.6": "ex4_6/correct_torchrun.py"}
 
 
 def torchrun_jobs(repeat: int):

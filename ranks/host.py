@@ -19,6 +19,11 @@ answers on its stdout.
         -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
            {"agent": i, "code": c} as each agent ends, {"fault": {...}} if the fault landed, then {"done": true}
     {"op": "plant", "fault": {"rank" or "agent", "attempt", "when", "n", "lose"}}   the job's fault, once all is forked
+    {"op": "slurm", "workdir", "cwd", "batch", "script", "name", "bin", "env"}
+        a batch job on a Slurm of the sandbox's own (slurm.py): -> {"slurm": {"job"}} or {"slurm": {"error"}},
+        {"exit": rank, "attempt": k, "run": r, "code": c} as each worker of each run ends, {"preempted": {...}},
+        {"slurm": {"state", "restarts", ...}} when it ends, then {"done": true}
+    {"op": "preempt"}                            that batch job preempted, and requeued if it may be
 
 The host has imported torch once, so each rank is *forked* from it in a few milliseconds.
 A forked rank leads a process group of its own and dies with the host; keeps none of the host's
@@ -88,6 +93,7 @@ class Host:
         self.workers: dict[tuple[int, int], int] = {}  # (attempt, rank) -> pid, of the job in progress
         self.uncoded: dict[tuple[int, int], float] = {}  # workers seen ended with no exit code yet -> since when
         self.last_scan = 0.0
+        self.batch = None  # the batch job on the sandbox's own Slurm (slurm.py), while it runs
 
     def say(self, **message):
         self.out.write(json.dumps(message) + "\n")
@@ -98,7 +104,8 @@ class Host:
             # Read the descriptor itself: a buffered readline could take two requests at once and
             # leave the second where select() never sees it.
             lines = self.plan.sockets() if self.plan else []
-            ready, _, _ = select.select([fd, *lines], [], [], 0.005 if self.ranks or self.agents else None)
+            busy = self.ranks or self.agents or self.batch
+            ready, _, _ = select.select([fd, *lines], [], [], 0.005 if busy else None)
             for sock in (s for s in ready if s is not fd):
                 self.plan.ready(sock)
             if fd in ready:
@@ -112,6 +119,8 @@ class Host:
                         self.handle(json.loads(line))
             self.reap()
             self.reap_job()
+            if self.batch is not None and self.batch.poll():
+                self.end_batch()
         self.kill_all()
 
     def handle(self, request: dict):
@@ -128,8 +137,19 @@ class Host:
                 self.say(prepared=True)
             elif op == "launch":
                 self.launch(request)
+            elif op == "stop" and self.batch is not None:
+                self.batch.stop()
+                self.end_batch()
             elif op == "stop":
                 self.stop(request.get("stacks", []))
+            elif op == "slurm":
+                from ranks.slurm import Batch
+
+                self.batch = Batch(request, self.say)
+                if not self.batch.start():
+                    self.end_batch()
+            elif op == "preempt" and self.batch is not None:
+                self.batch.preempt()
             elif op == "job":
                 self.job(request)
             elif op == "plant" and self.plan is not None:
@@ -182,6 +202,11 @@ class Host:
                 self.say(exit=rank, code=os.waitstatus_to_exitcode(status), t=time.time())
                 if not self.ranks:
                     self.finish()
+
+    def end_batch(self):
+        """The batch job over: its cluster and whatever it left killed (the whole namespace), then done."""
+        self.batch = None
+        self.finish()
 
     def finish(self):
         self.kill_strays()

@@ -194,4 +194,7 @@ def _die_with_parent():
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Run as ranks.worker, not as __main__: the trace trusts only the code of the modules of its package.
+    from ranks.worker import main as run_worker
+
+    run_worker(sys.argv[1:])

@@ -38,6 +38,20 @@ def sandbox_missing() -> str | None:
 needs_sandbox = pytest.mark.needs_sandbox  # skipped, with the reason, where sandbox_missing() says why
 
 
+@functools.cache
+def slurm_missing() -> str | None:
+    """Why exercise 4.6's Slurm cannot run in the sandbox here (it needs the grader as root, and Slurm), or None."""
+    import os
+
+    from ranks.slurm import missing
+
+    if sandbox_missing():
+        return f"no sandbox: {sandbox_missing()}"
+    if os.geteuid() != 0:
+        return "the sandbox's own Slurm needs the grader to run as root"
+    return missing() or None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_sandbox: runs only where the sandbox really starts")
 

@@ -14,7 +14,8 @@ import pytest
 from autograder import engine, exercises
 from autograder.report import Report
 from autograder.timeline import Timeline
-from conftest import ROOT, SUBMISSIONS, edits, handed_in
+from autograder.exercises import ex4_6
+from conftest import ROOT, SUBMISSIONS, edits, handed_in, slurm_missing
 
 RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "1.2": "the code runs to the end on every rank at every world size",
@@ -33,6 +34,7 @@ RUNS = {"1.1": "the code runs to the end on every rank at every world size",
         "4.3": "the job of two machines runs to the end",
         "4.4": "every job finishes: never interrupted, and after each kill",
         "4.5": "every job finishes: at 1, 2 and 3 processes, and the one that lost a machine",
+        "4.6": "the batch job runs to the end on the course's Slurm, after its preemption",
         "3.3": "the code runs to the end on every rank at every world size",
         "3.4": "the code runs to the end on every rank at every world size",
         "3.5": "the code runs to the end on every rank at every world size",
@@ -67,6 +69,8 @@ OVERLAP = ("each bucket's all-reduce starts during backward, as soon as its grad
 NO_COMPUTATION = "with no computation, every bucket's all-reduce is exposed, one after another"
 SLOW_COMPUTATION = "with slow computation, only the last bucket's all-reduce is exposed"
 ZERO_SHARE = "each rank owns an even, contiguous share of the flattened parameters, together all of them once"
+SLURM_AGENTS = "srun starts one torchrun agent per node: 2 nodes x 2 workers, RANK 0-3"
+SLURM_SIGTERM = "on SIGTERM rank 0 snapshots the step every rank finished: nothing is trained twice"
 # 2.5's planted bugs, each named by the symptom 2.2's checks see
 BUGS = {"wrong_local_rank_as_rank": "exactly one process writes the checkpoint",
         "wrong_no_set_epoch": "the order of the samples changes every epoch",
@@ -281,6 +285,15 @@ CAUGHT_BY = {
     ("4.5", "wrong_whole_batch_on_every_rank"): {"each rank trains on its own share of every step's global batch"},
     ("4.5", "wrong_place_in_own_samples"): {STEPS_LEFT},
     ("4.5", "wrong_resumes_from_the_start"): {STEPS_LEFT},
+    # 4.6: each mistake of a batch script or of surviving a preemption, by what the job on Slurm did
+    ("4.6", "wrong_task_per_worker"): {RUNS["4.6"], SLURM_AGENTS},
+    ("4.6", "wrong_endpoint_localhost"): {"the rendezvous is at the job's first node, with the c10d backend"},
+    ("4.6", "wrong_fixed_rdzv_id"): {"the rendezvous id is the job's id, $SLURM_JOB_ID"},
+    ("4.6", "wrong_no_requeue"): {"preempted, the job goes back in the queue: --requeue"},
+    ("4.6", "wrong_no_sigterm_handler"): {SLURM_SIGTERM},
+    ("4.6", "wrong_stops_without_snapshot"): {SLURM_SIGTERM},
+    ("4.6", "wrong_no_resume"): {"after the preemption the job goes on from its snapshot and ends with an uninterrupted "
+                                 "run's weights"},
     ("4.2", "wrong_drops_the_noise"): {"the uninterrupted run trains as the script handed out: its noise and its learning-rate schedule"},
     ("4.2", "wrong_drops_the_schedule"): {"the uninterrupted run trains as the script handed out: its noise and its learning-rate schedule"},
     ("4.2", "wrong_no_resume"): {LOADS, TWICE},
@@ -381,6 +394,8 @@ def warm_hosts(tmp_path_factory):
 
 @functools.cache
 def graded(exercise_id: str, name: str, seed: int = 0):
+    if exercises.get(exercise_id).jobs_of is ex4_6.job_of and name != "not_started" and slurm_missing():
+        pytest.skip(f"4.6's Slurm cannot run here: {slurm_missing()}")
     path = folder(exercise_id) / f"{name}.py"
     if not path.exists():  # a control written as an edit
         path = edits.write(folder(exercise_id), name, _hosts["dest"])
@@ -721,6 +736,15 @@ def test_the_script_4_3_hands_out_is_refused_for_its_commands_and_caught_for_its
     assert report.problem.startswith("The launch commands cannot run as written: machine 0's command uses "
                                      "--standalone"), report.problem
     # under right commands, its two one-machine mistakes: wrong_script_as_given in CAUGHT_BY
+
+
+def test_the_scripts_4_6_hands_out_fail_every_check_of_a_cluster_and_of_a_preemption():
+    report = handed_out("4.6", "04_torchrun.ipynb", "given_for_one_machine")
+    failed = {c.name for c in report.checks if c.status == "failed"}
+    assert failed == {RUNS["4.6"], SLURM_AGENTS, "the rendezvous is at the job's first node, with the c10d backend",
+                      "the rendezvous id is the job's id, $SLURM_JOB_ID",
+                      "preempted, the job goes back in the queue: --requeue", SLURM_SIGTERM}, report.to_text()
+    assert report.score == 0
 
 
 def test_the_script_4_4_hands_out_shows_the_symptoms_of_its_four_bugs_and_counts_them():

@@ -23,7 +23,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises, sandbox
 from autograder.source import magic_id
-from conftest import edits, handed_in, script
+from conftest import edits, handed_in, script, slurm_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "solutions" / "02_ddp_basics.ipynb"
@@ -250,6 +250,8 @@ def test_a_class_gets_partial_credit_where_it_erred(problem_set):
     for ex in ids:
         worth = exercises.get(ex).points
         lost = mistakes[ex][1] if ex in mistakes else 0  # the check that names the mistake, and only it
+        if ex == "4.6" and slurm_missing():  # its Slurm runs only where the grader is root: judged nothing
+            lost = worth
         assert scores["mixed"][ex] == (worth - lost, worth)
 
 
