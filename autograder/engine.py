@@ -318,7 +318,7 @@ def _grade(exercise, host: RankHost, student, grading: Directory, sizes, backend
 
 def _no_slurm_here(host: RankHost) -> str:
     """Why a batch job (4.6) cannot run here, or "": its Slurm runs inside the sandbox, as the sandbox's own user."""
-    from ranks.slurm import missing
+    from autograder.batch import missing
 
     if host.sandbox is None or not host.sandbox.drop_privileges:
         return ("Exercise 4.6 submits your batch script to a Slurm of its own, inside the sandbox, which needs the "
@@ -332,13 +332,13 @@ def _no_slurm_here(host: RankHost) -> str:
 
 def _run_batch(host: RankHost, job, student, where: Directory, backend: str, timeout: float):
     """A batch job (4.6): the job's torchrun and python, the grader's, in a code directory of their own."""
-    from ranks.slurm import shims
+    from autograder.batch import NAMES, shims
 
     folder, inside = host.code_directory()
     try:
         bin_dir = shims(folder, inside, str(package_dir("ranks").parent), str(where.inside), list(job.args))
         request = {"batch": job.batch, "script": str(student), "name": job.script_name, "bin": bin_dir,
-                   "env": job.request(str(student), backend)["env"]}
+                   "env": job.request(str(student), backend)["env"], "cluster": NAMES}
         return host.batch(request, job.layout, where, timeout=timeout, preempt_after=job.preempt_after)
     finally:
         files.remove_tree(folder)

@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ranks.slurm import CONTROLLER as SLURM_CONTROLLER, NODES as SLURM_NODES, USER as SLURM_USER
+from autograder.batch import CONTROLLER as SLURM_CONTROLLER, NODES as SLURM_NODES, USER as SLURM_USER
 
 WORK = "/grading/work"  # inside the sandbox: the launches' directories, a tmpfs
 SCRATCH = ("/tmp", "/dev/shm")  # inside the sandbox: tmpfs of its own, emptied after each grading

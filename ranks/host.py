@@ -19,7 +19,7 @@ answers on its stdout.
         -> {"started": pids}, then {"exit": rank, "attempt": k, "code": c} as each worker ends,
            {"agent": i, "code": c} as each agent ends, {"fault": {...}} if the fault landed, then {"done": true}
     {"op": "plant", "fault": {"rank" or "agent", "attempt", "when", "n", "lose"}}   the job's fault, once all is forked
-    {"op": "slurm", "workdir", "cwd", "batch", "script", "name", "bin", "env"}
+    {"op": "slurm", "workdir", "cwd", "batch", "script", "name", "bin", "env", "cluster"}
         a batch job on a Slurm of the sandbox's own (slurm.py): -> {"slurm": {"job"}} or {"slurm": {"error"}},
         {"exit": rank, "attempt": k, "run": r, "code": c} as each worker of each run ends, {"preempted": {...}},
         {"slurm": {"state", "restarts", ...}} when it ends, then {"done": true}

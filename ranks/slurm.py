@@ -35,40 +35,24 @@ from pathlib import Path
 
 from ranks.host import _alive, _read_small
 
-NODES = {"n1": "10.255.0.1", "n2": "10.255.0.2"}  # the sandbox's two nodes and their addresses
-CONTROLLER = "sandbox"  # the sandbox's host name, where slurmctld runs
-USER = "student"  # the sandbox's user, as Slurm names it (the grader's /etc/passwd for the sandbox)
 KILL_WAIT = 5  # seconds between a preempted job's SIGTERM and its SIGKILL
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
          "PREEMPTED")
-DAEMONS = ("munged", "slurmctld", "slurmd")
-
-
-def missing() -> str:
-    """Why this machine cannot run the course's Slurm in a sandbox, or ""."""
-    absent = [name for name in (*DAEMONS, "sbatch", "scontrol") if shutil.which(name, path=_path()) is None]
-    if absent:
-        return f"{', '.join(absent)} not installed (Debian/Ubuntu: apt-get install slurm-wlm munge)"
-    return ""
-
-
-def _path() -> str:
-    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
 
 
 class Cluster:
-    """The controller and the two nodes, configured and run under ``home``."""
+    """The controller and the nodes the grader named (``names``: "nodes" -> address, "controller", "user"),
+    configured and run under ``home``."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, names: dict):
         self.home = home
+        self.nodes, self.controller, self.user = dict(names["nodes"]), names["controller"], names["user"]
         self.conf = home / "slurm.conf"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": _path()}
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": PATH}
 
     def start(self, timeout: float = 30.0) -> str:
         """Start the daemons and wait for both nodes to be idle; "" or what went wrong."""
-        problem = missing()
-        if problem:
-            return problem
         for sub in ("state", "log", "spool/n1", "spool/n2", "run", "munge"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
         (self.home / "munge").chmod(0o711)  # munged refuses a socket directory others may write to
@@ -81,14 +65,14 @@ class Cluster:
                             f"--pid-file={munge}/munged.pid", f"--log-file={self.home}/log/munged.log",
                             f"--seed-file={munge}/munge.seed", "--force"),
                    self.run("slurmctld", "-f", str(self.conf)),
-                   *(self.run("slurmd", "-f", str(self.conf), "-N", node) for node in NODES)]
-        for name, (code, _, err) in zip(("munged", "slurmctld", "slurmd n1", "slurmd n2"), started):
+                   *(self.run("slurmd", "-f", str(self.conf), "-N", node) for node in self.nodes)]
+        for name, (code, _, err) in zip(("munged", "slurmctld", *(f"slurmd {n}" for n in self.nodes)), started):
             if code != 0:
                 return f"{name} did not start: {err.strip()[-500:] or f'exit code {code}'}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             idle = self.run("sinfo", "-h", "-N", "-t", "idle", "-o", "%N")[1].split()
-            if set(idle) >= set(NODES):
+            if set(idle) >= set(self.nodes):
                 return ""
             time.sleep(0.25)
         return f"the nodes were not up after {timeout:.0f} s ({self.tail('slurmctld.log')})"
@@ -96,13 +80,14 @@ class Cluster:
     def configuration(self) -> str:
         home = self.home
         cpus = os.cpu_count() or 2
-        nodes = "\n".join(f"NodeName={name} NodeHostname={CONTROLLER} NodeAddr={address} Port={6818 + k} "
-                          f"CPUs={cpus} RealMemory=4000 State=UNKNOWN" for k, (name, address) in enumerate(NODES.items()))
+        nodes = "\n".join(f"NodeName={name} NodeHostname={self.controller} NodeAddr={address} Port={6818 + k} "
+                          f"CPUs={cpus} RealMemory=4000 State=UNKNOWN" for k, (name, address) in enumerate(self.nodes.items()))
+        first = next(iter(self.nodes.values()))
         return f"""ClusterName=sandbox
-SlurmctldHost={CONTROLLER}({NODES['n1']})
+SlurmctldHost={self.controller}({first})
 SlurmctldPort=6817
-SlurmUser={USER}
-SlurmdUser={USER}
+SlurmUser={self.user}
+SlurmdUser={self.user}
 AuthType=auth/munge
 AuthInfo=socket={home}/munge/munge.socket
 CredType=cred/munge
@@ -126,7 +111,7 @@ KillWait={KILL_WAIT}
 MinJobAge=600
 SlurmdTimeout=30
 {nodes}
-PartitionName=course Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=course Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """
 
     def run(self, *command: str, env: dict | None = None, timeout: float = 20.0) -> tuple[int, str, str]:
@@ -151,7 +136,7 @@ class Batch:
         self.say = say
         self.workdir, self.cwd = Path(request["workdir"]), Path(request["cwd"])
         self.request = request
-        self.cluster = Cluster(self.workdir / "slurm")
+        self.cluster = Cluster(self.workdir / "slurm", request["cluster"])
         self.job = ""
         self.wants_start = False  # requeued: start it again as soon as it is pending
         self.resubmit = False  # cancelled by the preemption: submit it again once its workers are gone
@@ -302,19 +287,3 @@ def python_main(argv: list[str], config: str):
         agent_main(argv[2:], config)
         return
     os.execv(sys.executable, [sys.executable, *argv])
-
-
-def shims(folder: Path, inside, ranks_parent: str, trace: str, args: list[str]) -> str:
-    """The job's `torchrun`, `python` and `python3`, written by the grader in ``folder``/bin (its code directory,
-    which the ranks see at ``inside``), with what they need to know; where the job finds them."""
-    config = folder / "slurm.json"
-    config.write_text(json.dumps({"trace": trace, "args": list(args)}))
-    bin_dir = folder / "bin"
-    bin_dir.mkdir(mode=0o755)
-    for name, function in (("torchrun", "agent_main"), ("python", "python_main"), ("python3", "python_main")):
-        boot = (f"import sys; sys.path.insert(0, {json.dumps(ranks_parent)}); from ranks.slurm import {function}; "
-                f"{function}(sys.argv[1:], {json.dumps(str(inside / 'slurm.json'))})")
-        path = bin_dir / name
-        path.write_text(f"#!/bin/sh\nexec {sys.executable} -I -c '{boot}' \"$@\"\n")
-        path.chmod(0o755)
-    return str(inside / "bin")

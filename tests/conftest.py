@@ -43,7 +43,7 @@ def slurm_missing() -> str | None:
     """Why exercise 4.6's Slurm cannot run in the sandbox here (it needs the grader as root, and Slurm), or None."""
     import os
 
-    from ranks.slurm import missing
+    from autograder.batch import missing
 
     if sandbox_missing():
         return f"no sandbox: {sandbox_missing()}"

@@ -747,6 +747,23 @@ def test_the_scripts_4_6_hands_out_fail_every_check_of_a_cluster_and_of_a_preemp
     assert report.score == 0
 
 
+def test_4_6_without_the_sandbox_judges_nothing_and_says_how_to_grade_it(tmp_path):
+    """Its Slurm runs only inside the sandbox, as the sandbox's own user: never on the machine itself."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    solution = folder("4.6") / "correct_torchrun.py"
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "4.6", str(solution), "--json"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "AUTOGRADER_SANDBOX": "off", "TMPDIR": str(tmp_path)})
+    report = json.loads(done.stdout)
+    assert {c["status"] for c in report["checks"]} == {"error"} and report["score"] == 0, report
+    assert "a Slurm of its own, inside the sandbox" in report["problem"], report["problem"]
+    assert "your work is unchanged" in report["problem"], report["problem"]
+
+
 def test_the_script_4_4_hands_out_shows_the_symptoms_of_its_four_bugs_and_counts_them():
     report = handed_out("4.4", "04_torchrun.ipynb", "given_buggy")
     status = {c.name: c.status for c in report.checks}

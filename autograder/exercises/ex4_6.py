@@ -2,8 +2,9 @@
 
 The cell is a training script that also holds, in ``BATCH_SCRIPT``, the ``sbatch`` script that runs it on
 2 nodes x 2 workers. The grader reads that string without running the cell (as 4.3 reads its commands),
-starts a controller and two nodes inside the submission's sandbox (ranks/slurm.py), submits the script
-with the cell saved beside it as ``train.py``, and, once rank 0 has taken PREEMPT_AFTER steps, preempts
+starts a controller and two nodes inside the submission's sandbox (ranks/slurm.py, autograder/batch.py),
+submits the script with the cell saved beside it as ``train.py``, and, once rank 0 has taken
+PREEMPT_AFTER steps, preempts
 the job as a scheduler does: ``scontrol requeue``, SIGTERM to every process of the job and SIGKILL five
 seconds later, back in the queue, started again at once. The job's ``torchrun`` is the real one, whose
 workers are traced: each run of the job is a list of attempts (world.slurm["runs"] says whose).
@@ -31,7 +32,7 @@ from autograder.exercises import Exercise
 from autograder.hints import Hint
 from autograder.reference import flat
 from ddpcourse import make_model, toy_dataset
-from ranks.slurm import NODES
+from autograder.batch import NODES
 
 NAME = "BATCH_SCRIPT"
 NODES_, PER_NODE = 2, 2
