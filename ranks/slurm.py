@@ -80,7 +80,7 @@ class Cluster:
     def configuration(self) -> str:
         home = self.home
         cpus = os.cpu_count() or 2
-        nodes = "\n".join(f"NodeName={name} NodeHostname={self.controller} NodeAddr={address} Port={6818 + k} "
+        nodes = "\n".join(f"NodeName={name} NodeHostname={name} NodeAddr={address} Port={6818 + k} "
                           f"CPUs={cpus} RealMemory=4000 State=UNKNOWN" for k, (name, address) in enumerate(self.nodes.items()))
         first = next(iter(self.nodes.values()))
         return f"""ClusterName=sandbox

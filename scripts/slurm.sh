@@ -24,11 +24,13 @@ can_run() {
 }
 
 install() {
-  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null && return
-  command -v apt-get >/dev/null || fail "slurm-wlm and munge are missing and there is no apt-get to install them"
-  say "installing slurm-wlm and munge with apt-get"
+  # iproute2: the `ip` that gives the Slurm of each sandbox (exercise 4.6) its nodes' addresses
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
+    && command -v ip >/dev/null && return
+  command -v apt-get >/dev/null || fail "slurm-wlm, munge or iproute2 is missing and there is no apt-get to install them"
+  say "installing slurm-wlm, munge and iproute2 with apt-get"
   apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge iproute2 >/dev/null
 }
 
 configure() {

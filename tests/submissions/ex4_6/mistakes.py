@@ -1,4 +1,5 @@
-"""Exercise 4.6's negative controls that are one edit of a correct solution (see ../edits.py)."""
+"""Exercise 4.6's negative controls that are one edit of a correct solution (see ../edits.py), and one more
+correct design written the same way (its name says so: it must pass)."""
 
 BASE = "correct_torchrun.py"
 
@@ -25,4 +26,8 @@ MISTAKES = {
     "wrong_no_resume": (
         "writes snapshots but never loads one: the run after the requeue starts from scratch",
         [("    if os.path.exists(args.snapshot):\n", "    if False:\n")]),
+    "correct_batch_host": (
+        "meets at the batch script's own host: Slurm runs it on the job's first node",
+        [('head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+          "head=$(hostname)  # the batch script runs on the job's first node")]),
 }
