@@ -535,14 +535,14 @@ class RankHost:
                 message = self.receive(0.1)
                 while message is not None and not done:
                     done = self._take_batch(message, runs, said)
-                    message = None if done else self._next_now()
+                    message = None if done else self.receive(0)
                 _discover_runs(runs, folder, layout.world_size)
                 for watch in runs:
                     watch.poll()
                 if said["preempted"] is None and runs and _steps_of_rank0(runs[0]) >= preempt_after:
                     said["preempted"] = {"asked": True}
                     self.send(op="preempt")
-                if any(watch.attempts for watch in runs) and any(watch._workers_alive() for watch in runs):
+                if any(watch._workers_alive() for watch in runs):
                     worked = time.monotonic()
                 idle = time.monotonic() - worked if worked else 0.0
                 if not done and (time.monotonic() - start > timeout or idle > BATCH_IDLE):
@@ -577,9 +577,6 @@ class RankHost:
         result.agents = {0: 0 if said.get("state") == "COMPLETED" else None}  # the batch job, as Slurm ended it
         result.slurm = said
         return result
-
-    def _next_now(self) -> dict | None:
-        return self.receive(0)
 
     @staticmethod
     def _take_batch(message: dict, runs: list, said: dict) -> bool:

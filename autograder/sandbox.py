@@ -100,7 +100,7 @@ class Sandbox:
                 args += ["--ro-bind", str(self.account_file(accounts, name)), f"/etc/{name}"]
         args += ["--clearenv", *_kept_environment(), "--setenv", "TMPDIR", "/tmp", "--setenv", "HOME", "/tmp"]
         if self.drop_privileges:
-            args += ["--setenv", "USER", "student", "--setenv", "LOGNAME", "student"]
+            args += ["--setenv", "USER", SLURM_USER, "--setenv", "LOGNAME", SLURM_USER]
         args += ["--chdir", "/"]
         if info_fd is not None:
             args += ["--info-fd", str(info_fd)]
